@@ -1,0 +1,283 @@
+/**
+ * The Read API as data: the 19 GET operations of `shared/spec/read-api.md`.
+ *
+ * This table is the one description of the API in the project. The emulator's routes and
+ * validation, the proxy's normalization, key scopes and freshness policy are all derived from it:
+ * adding an endpoint is adding one row.
+ */
+
+/** Expand type names of the spec (section "Expand objects"). */
+export const EXPAND_TYPES = [
+  'automation_sources',
+  'configs',
+  'field_values',
+  'groups',
+  'issues',
+  'milestone_stats',
+  'milestone_types',
+  'milestones',
+  'roles',
+  'states',
+  'statuses',
+  'templates',
+  'users',
+] as const;
+export type ExpandType = (typeof EXPAND_TYPES)[number];
+
+/** `per_page` allowed values (spec, Limits). */
+export const PER_PAGE_VALUES = [15, 25, 50, 100] as const;
+export const DEFAULT_PER_PAGE = 100;
+export const DEFAULT_ORDER = 'desc';
+/** Status ids run from 1 to 25 (spec, Limits). */
+export const MAX_STATUS_ID = 25;
+
+/** The kind of a query parameter decides how it is parsed, validated and canonicalized. */
+export type ParamSpec =
+  | { readonly name: 'page'; readonly kind: 'page' }
+  | { readonly name: 'per_page'; readonly kind: 'per_page' }
+  | { readonly name: 'sort'; readonly kind: 'sort'; readonly values: readonly string[]; readonly default: string }
+  | { readonly name: 'order'; readonly kind: 'order' }
+  | { readonly name: 'expands'; readonly kind: 'expands'; readonly values: readonly ExpandType[] }
+  | { readonly name: string; readonly kind: 'boolean' }
+  | { readonly name: string; readonly kind: 'timestamp' }
+  /** Comma list of integer ids; `min`/`max` bound each id (status ids 1..25, assignee 0 = unassigned). */
+  | { readonly name: string; readonly kind: 'id_list'; readonly min: number; readonly max?: number }
+  /** Comma list of free-form strings (tags). */
+  | { readonly name: string; readonly kind: 'string_list' };
+
+export type ParamKind = ParamSpec['kind'];
+
+export type ResourceName =
+  | 'current_user'
+  | 'user'
+  | 'project_user'
+  | 'project'
+  | 'run'
+  | 'result'
+  | 'milestone'
+  | 'session'
+  | 'automation_source'
+  | 'role'
+  | 'group';
+
+export type OperationId =
+  | 'getCurrentUser'
+  | 'listUsers'
+  | 'getUser'
+  | 'listProjectUsers'
+  | 'listProjects'
+  | 'getProject'
+  | 'listRuns'
+  | 'getRun'
+  | 'listRunResults'
+  | 'listMilestones'
+  | 'getMilestone'
+  | 'listSessions'
+  | 'getSession'
+  | 'listAutomationSources'
+  | 'getAutomationSource'
+  | 'listRoles'
+  | 'getRole'
+  | 'listGroups'
+  | 'getGroup';
+
+/** How the answer is shaped: list envelope, `{result, expands}`, or the flat current user. */
+export type Envelope = 'list' | 'single' | 'flat';
+
+export interface Operation {
+  readonly id: OperationId;
+  /** Path template relative to `/api/v1`, e.g. `/projects/{project_id}/runs`. */
+  readonly path: string;
+  /** Names of the path ids, in order of appearance. All are required positive integers. */
+  readonly pathIds: readonly string[];
+  readonly envelope: Envelope;
+  readonly resource: ResourceName;
+  /** Site admin access required (spec, endpoint summary). */
+  readonly adminOnly: boolean;
+  /**
+   * What the instance answers when the caller cannot access the project the operation is about:
+   * 403 where the spec lists 403 for the operation, else 404 (the project is not revealed).
+   */
+  readonly noAccessStatus: 403 | 404 | null;
+  /** Query parameters the operation defines; any other parameter is unknown to it. */
+  readonly params: readonly ParamSpec[];
+  /** The status codes the spec lists for the operation (empty: "not listed per endpoint"). */
+  readonly statusCodes: readonly number[];
+}
+
+const page: ParamSpec = { name: 'page', kind: 'page' };
+const perPage: ParamSpec = { name: 'per_page', kind: 'per_page' };
+const order: ParamSpec = { name: 'order', kind: 'order' };
+const paging = [page, perPage] as const;
+
+function sort(resource: string, fields: readonly string[]): ParamSpec {
+  const values = fields.map((f) => `${resource}:${f}`);
+  return { name: 'sort', kind: 'sort', values, default: values[0]! };
+}
+function expands(...values: ExpandType[]): ParamSpec {
+  return { name: 'expands', kind: 'expands', values: [...values].sort() };
+}
+const bool = (name: string): ParamSpec => ({ name, kind: 'boolean' });
+const ts = (name: string): ParamSpec => ({ name, kind: 'timestamp' });
+const ids = (name: string, min = 1, max?: number): ParamSpec =>
+  max === undefined ? { name, kind: 'id_list', min } : { name, kind: 'id_list', min, max };
+const strings = (name: string): ParamSpec => ({ name, kind: 'string_list' });
+const window = (field: string): ParamSpec[] => [ts(`${field}_after`), ts(`${field}_before`)];
+
+const MILESTONE_EXPANDS = expands('issues', 'milestone_stats', 'milestone_types', 'milestones', 'statuses', 'users');
+const SESSION_EXPANDS = expands('configs', 'field_values', 'issues', 'milestones', 'states', 'statuses', 'templates', 'users');
+const RUN_EXPANDS = expands('configs', 'issues', 'milestones', 'states', 'statuses', 'users');
+const ADMIN_USER_EXPANDS = expands('groups', 'roles', 'users');
+/**
+ * The spec does not list the result expands ("the example uses issues and users"); statuses is
+ * what a result references besides those. Documented in the README.
+ */
+const RESULT_EXPANDS = expands('issues', 'statuses', 'users');
+
+const CODES_ADMIN_LIST = [200, 400, 401, 403, 422];
+const CODES_ADMIN_SINGLE = [200, 400, 401, 403, 404, 422];
+
+export const OPERATIONS: readonly Operation[] = [
+  {
+    id: 'getCurrentUser', path: '/user', pathIds: [], envelope: 'flat', resource: 'current_user',
+    adminOnly: false, noAccessStatus: null, params: [], statusCodes: [200, 400, 401],
+  },
+  {
+    id: 'listUsers', path: '/users', pathIds: [], envelope: 'list', resource: 'user',
+    adminOnly: true, noAccessStatus: null, params: [...paging, ADMIN_USER_EXPANDS], statusCodes: CODES_ADMIN_LIST,
+  },
+  {
+    // The spec leaves open whether the user is wrapped in `result`; we wrap it like every other
+    // single operation (README, "API notes").
+    id: 'getUser', path: '/users/{user_id}', pathIds: ['user_id'], envelope: 'single', resource: 'user',
+    adminOnly: true, noAccessStatus: null, params: [ADMIN_USER_EXPANDS], statusCodes: CODES_ADMIN_SINGLE,
+  },
+  {
+    id: 'listProjectUsers', path: '/projects/{project_id}/users', pathIds: ['project_id'], envelope: 'list',
+    resource: 'project_user', adminOnly: false, noAccessStatus: 404, params: [...paging],
+    statusCodes: [200, 400, 401, 404, 422],
+  },
+  {
+    id: 'listProjects', path: '/projects', pathIds: [], envelope: 'list', resource: 'project',
+    adminOnly: false, noAccessStatus: null,
+    params: [...paging, sort('projects', ['created_at', 'completed_at']), order, bool('is_completed'), expands('users')],
+    statusCodes: [],
+  },
+  {
+    id: 'getProject', path: '/projects/{project_id}', pathIds: ['project_id'], envelope: 'single',
+    resource: 'project', adminOnly: false, noAccessStatus: 404, params: [expands('users')], statusCodes: [],
+  },
+  {
+    id: 'listRuns', path: '/projects/{project_id}/runs', pathIds: ['project_id'], envelope: 'list', resource: 'run',
+    adminOnly: false, noAccessStatus: 404,
+    params: [
+      ...paging, sort('runs', ['created_at', 'closed_at']), order,
+      ...window('closed'), ...window('created'),
+      ids('config_id'), ids('created_by'), bool('is_closed'), ids('milestone_id'), ids('state_id'), strings('tags'),
+      RUN_EXPANDS,
+    ],
+    statusCodes: [],
+  },
+  {
+    id: 'getRun', path: '/runs/{run_id}', pathIds: ['run_id'], envelope: 'single', resource: 'run',
+    adminOnly: false, noAccessStatus: 404, params: [RUN_EXPANDS], statusCodes: [],
+  },
+  {
+    id: 'listRunResults', path: '/runs/{run_id}/results', pathIds: ['run_id'], envelope: 'list', resource: 'result',
+    adminOnly: false, noAccessStatus: 403,
+    params: [
+      ...paging, sort('run_results', ['created_at']), order, ...window('created'),
+      ids('created_by'), ids('assignee_id', 0), ids('status_id', 1, MAX_STATUS_ID), bool('get_latest_result'),
+      RESULT_EXPANDS,
+    ],
+    statusCodes: [200, 400, 401, 403, 422],
+  },
+  {
+    id: 'listMilestones', path: '/projects/{project_id}/milestones', pathIds: ['project_id'], envelope: 'list',
+    resource: 'milestone', adminOnly: false, noAccessStatus: 403,
+    params: [
+      ...paging, sort('milestones', ['created_at', 'completed_at']), order,
+      strings('automation_tags'), ...window('completed'), ...window('created'),
+      ids('created_by'), bool('is_completed'), ids('parent_id'), ids('root_id'), ids('type_id'),
+      MILESTONE_EXPANDS,
+    ],
+    statusCodes: [200, 400, 401, 403, 422],
+  },
+  {
+    id: 'getMilestone', path: '/milestones/{milestone_id}', pathIds: ['milestone_id'], envelope: 'single',
+    resource: 'milestone', adminOnly: false, noAccessStatus: 403, params: [MILESTONE_EXPANDS],
+    statusCodes: [200, 400, 401, 403, 404, 422],
+  },
+  {
+    id: 'listSessions', path: '/projects/{project_id}/sessions', pathIds: ['project_id'], envelope: 'list',
+    resource: 'session', adminOnly: false, noAccessStatus: 403,
+    params: [
+      ...paging, sort('sessions', ['created_at', 'closed_at']), order,
+      ids('assignee_id'), ...window('closed'), ...window('created'),
+      ids('config_id'), ids('created_by'), bool('is_closed'), ids('milestone_id'), ids('state_id'), strings('tags'),
+      ids('template_id'),
+      SESSION_EXPANDS,
+    ],
+    statusCodes: [200, 400, 401, 403, 422],
+  },
+  {
+    id: 'getSession', path: '/sessions/{session_id}', pathIds: ['session_id'], envelope: 'single',
+    resource: 'session', adminOnly: false, noAccessStatus: 403, params: [SESSION_EXPANDS],
+    statusCodes: [200, 400, 401, 403, 404, 422],
+  },
+  {
+    id: 'listAutomationSources', path: '/projects/{project_id}/automation/sources', pathIds: ['project_id'],
+    envelope: 'list', resource: 'automation_source', adminOnly: false, noAccessStatus: 403,
+    params: [
+      ...paging, sort('automation_sources', ['created_at', 'ran_at', 'retired_at']), order,
+      bool('is_retired'), expands('users'),
+    ],
+    statusCodes: [200, 400, 401, 403, 422],
+  },
+  {
+    id: 'getAutomationSource', path: '/automation/sources/{automation_source_id}', pathIds: ['automation_source_id'],
+    envelope: 'single', resource: 'automation_source', adminOnly: false, noAccessStatus: 403,
+    params: [expands('users')], statusCodes: [200, 400, 401, 403, 404, 422],
+  },
+  {
+    id: 'listRoles', path: '/roles', pathIds: [], envelope: 'list', resource: 'role',
+    adminOnly: true, noAccessStatus: null, params: [...paging, expands('users')], statusCodes: [],
+  },
+  {
+    id: 'getRole', path: '/roles/{role_id}', pathIds: ['role_id'], envelope: 'single', resource: 'role',
+    adminOnly: true, noAccessStatus: null, params: [expands('users')], statusCodes: [],
+  },
+  {
+    id: 'listGroups', path: '/groups', pathIds: [], envelope: 'list', resource: 'group',
+    adminOnly: true, noAccessStatus: null, params: [...paging, expands('users')], statusCodes: CODES_ADMIN_LIST,
+  },
+  {
+    id: 'getGroup', path: '/groups/{group_id}', pathIds: ['group_id'], envelope: 'single', resource: 'group',
+    adminOnly: true, noAccessStatus: null, params: [expands('users')], statusCodes: CODES_ADMIN_SINGLE,
+  },
+];
+
+export const API_PREFIX = '/api/v1';
+
+const BY_ID = new Map<OperationId, Operation>(OPERATIONS.map((op) => [op.id, op]));
+
+export function getOperation(id: OperationId): Operation {
+  const op = BY_ID.get(id);
+  if (!op) throw new Error(`unknown operation ${id}`);
+  return op;
+}
+
+export function paramSpec(op: Operation, name: string): ParamSpec | undefined {
+  return op.params.find((p) => p.name === name);
+}
+
+/** Does the operation accept this expand type? */
+export function allowsExpand(op: Operation, type: string): boolean {
+  const spec = paramSpec(op, 'expands');
+  return spec?.kind === 'expands' && (spec.values as readonly string[]).includes(type);
+}
+
+/** The path with `{name}` replaced by the given ids, under `/api/v1`. */
+export function makePath(op: Operation, ids: Readonly<Record<string, number>>): string {
+  return API_PREFIX + op.path.replace(/\{(\w+)\}/g, (_, name: string) => String(ids[name]));
+}
