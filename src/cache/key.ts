@@ -1,0 +1,47 @@
+/**
+ * Cache keys and credential digests.
+ *
+ * A key is `<scope>|<version>|<operation>|<path ids>|<canonical query>`: the scope first (`u:42`
+ * for a user's entries, `admin` for admin-only answers shared among verified admins), so no two
+ * callers' questions ever share a key unless they share an access level. Keys are stable across
+ * processes (the Redis tier shares them between replicas) and short: a long canonical query is
+ * replaced by its SHA-256. Raw credentials never appear in a key: they are HMAC'd.
+ */
+import { createHash, createHmac } from 'node:crypto';
+import type { CanonicalRequest } from '../api/normalize.js';
+
+/** Bump when the stored form or the meaning of a key changes: old entries simply stop matching. */
+export const KEY_VERSION = 'v1';
+/** Canonical queries longer than this are hashed to keep keys short. */
+export const MAX_INLINE_QUERY_CHARS = 96;
+
+export type Scope = `u:${number}` | 'admin';
+
+export function userScope(userId: number): Scope {
+  return `u:${userId}`;
+}
+
+export const ADMIN_SCOPE: Scope = 'admin';
+
+/**
+ * The scope-independent part of a key. Computed once per distinct request URL (the proxy memoizes
+ * it), so the hit path only concatenates the scope in front of it.
+ */
+export function makeKeySuffix(req: CanonicalRequest): string {
+  const ids = req.op.pathIds.map((name) => req.ids[name]).join(',');
+  const query = req.query.length > MAX_INLINE_QUERY_CHARS ? `#${sha256(req.query)}` : req.query;
+  return `|${KEY_VERSION}|${req.op.id}|${ids}|${query}`;
+}
+
+export function makeKey(scope: Scope, suffix: string): string {
+  return scope + suffix;
+}
+
+function sha256(s: string): string {
+  return createHash('sha256').update(s).digest('base64url');
+}
+
+/** HMAC-SHA256 of a credential: what is stored or shared instead of the credential itself. */
+export function hmacCredential(secret: Buffer, credential: string): string {
+  return createHmac('sha256', secret).update(credential).digest('base64url');
+}

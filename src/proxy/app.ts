@@ -1,0 +1,217 @@
+/**
+ * buildProxy(config, deps): the tm-cache HTTP app. It never listens; the CLI and tests do.
+ *
+ *   GET/HEAD /api/v1/...  ──▶ route memo (raw URL → catalogued operation + canonical query)
+ *        │ not catalogued, or no Authorization ───────────────────────▶ passthrough (never cached)
+ *        ▼
+ *   identity (memo; else upstream GET /user, coalesced) ── 401/403 ──▶ relayed verbatim
+ *        ▼
+ *   invalid parameters ─▶ 400/422 locally     unknown parameter ─▶ passthrough (`fwd=bypass`) or 422 (strict)
+ *        ▼
+ *   scope (u:<id> | admin) + key suffix ─▶ memory peek ─fresh─▶ hit   (the hot path: no I/O, no hashing)
+ *        ▼
+ *   read-through (stale, tiers, coalesced fill, stale-if-error)
+ *
+ *   any other method or path ──▶ @fastify/http-proxy; a successful write drops the tags it names.
+ */
+import fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import httpProxy from '@fastify/http-proxy';
+import type { Logger } from 'pino';
+import { makeErrorBody } from '../api/errors.js';
+import { Coalescer } from '../cache/coalesce.js';
+import { isFresh, type CacheEntry } from '../cache/entry.js';
+import { ADMIN_SCOPE, makeKey } from '../cache/key.js';
+import { FreshnessPolicy } from '../cache/policy.js';
+import type { Config } from '../config/schema.js';
+import { UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { IdentityResolver, type Caller, type SharedStore } from './identity.js';
+import { ageHeader, cacheStatus, matchesIfNoneMatch, wantsRevalidation } from './headers.js';
+import { ReadThrough, relayedHeaders, type CacheOutcome, type FillLock, type FillResult, type ReadCache, type Served } from './read-through.js';
+import { resolveRoute, type RouteInfo, RouteMemo } from './route-memo.js';
+
+/** The cache as the app sees it: read-through operations plus invalidation. */
+export interface ProxyCache extends ReadCache {
+  invalidateTag(tag: string): Promise<unknown>;
+}
+
+export interface ProxyDeps {
+  readonly cache: ProxyCache;
+  readonly upstream: Upstream;
+  readonly logger: Logger;
+  readonly hmacSecret: Buffer;
+  readonly shared?: SharedStore | undefined;
+  readonly lock?: FillLock | undefined;
+  readonly now?: () => number;
+  /** Called with every request's outcome (metrics). */
+  readonly onOutcome?: (outcome: CacheOutcome, operation: string) => void;
+}
+
+const EMPTY_QUERY = Object.freeze({});
+const WRITE_METHODS = ['DELETE', 'PATCH', 'POST', 'PUT', 'OPTIONS'];
+
+export async function buildProxy(config: Config, deps: ProxyDeps): Promise<FastifyInstance> {
+  const now = deps.now ?? Date.now;
+  const app = fastify({
+    loggerInstance: deps.logger,
+    disableRequestLogging: true,
+    // The cacheable path parses its own query string (normalize.ts); skip fastify's parse.
+    routerOptions: { querystringParser: () => EMPTY_QUERY, ignoreTrailingSlash: true },
+    return503OnClosing: true,
+  });
+  const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs);
+  const identity = new IdentityResolver({
+    ttlMs: config.identity.ttlMs,
+    accessTtlMs: config.access.ttlMs,
+    maxEntries: config.identity.maxEntries,
+    hmacSecret: deps.hmacSecret,
+    upstream: deps.upstream,
+    coalescer: new Coalescer(),
+    shared: deps.shared,
+    now,
+  });
+  const readThrough = new ReadThrough({
+    cache: deps.cache,
+    upstream: deps.upstream,
+    coalescer: new Coalescer<FillResult>(),
+    policy,
+    identity,
+    lock: deps.lock,
+    lockWaitMs: config.cache.redis.lockWaitMs,
+    maxEntryBytes: config.cache.memory.maxEntryBytes,
+    defaultRetryAfterMs: config.upstream.defaultRetryAfterMs,
+    now,
+    onBackgroundError: (err, key) => deps.logger.warn({ err: describe(err), key }, 'background refresh failed'),
+  });
+  const routes = new RouteMemo(10_000);
+  const honorNoCache = config.cache.honorClientNoCache;
+  const onOutcome = deps.onOutcome;
+
+  await app.register(httpProxy, {
+    upstream: config.upstream.url,
+    prefix: '/',
+    httpMethods: WRITE_METHODS,
+    replyOptions: {
+      onResponse: (request, reply, res) => {
+        if (res.statusCode >= 200 && res.statusCode < 300 && request.method !== 'OPTIONS') {
+          void invalidateForWrite(request.url);
+        }
+        void reply.send(res.stream);
+      },
+    },
+  });
+
+  async function invalidateForWrite(url: string): Promise<void> {
+    const tags = policy.tagsForWrite(url.split('?', 1)[0]!);
+    await Promise.all(tags.map((tag) => deps.cache.invalidateTag(tag)));
+    if (tags.length > 0) deps.logger.debug({ tags }, 'invalidated after write');
+  }
+
+  function passthrough(request: FastifyRequest, reply: FastifyReply, outcome?: CacheOutcome): FastifyReply {
+    if (outcome) reply.header('cache-status', cacheStatus(outcome, undefined, now()));
+    return reply.from(request.url);
+  }
+
+  function sendEntry(request: FastifyRequest, reply: FastifyReply, entry: CacheEntry, outcome: CacheOutcome, t: number): FastifyReply {
+    reply.headers(entry.headers);
+    reply.header('age', ageHeader(entry, t));
+    reply.header('cache-status', cacheStatus(outcome, entry, t));
+    if (matchesIfNoneMatch(request.headers['if-none-match'], entry.etag)) return reply.code(304).send();
+    return reply.code(entry.status).send(entry.body);
+  }
+
+  function sendRelay(reply: FastifyReply, res: UpstreamResponse, outcome: CacheOutcome): FastifyReply {
+    reply.headers(relayedHeaders(res));
+    reply.header('cache-status', cacheStatus(outcome, undefined, now()));
+    return reply.code(res.status).send(res.body);
+  }
+
+  function sendServed(request: FastifyRequest, reply: FastifyReply, served: Served): FastifyReply {
+    switch (served.kind) {
+      case 'entry':
+        return sendEntry(request, reply, served.entry, served.outcome, now());
+      case 'relay':
+        return sendRelay(reply, served.response, served.outcome);
+      case 'local':
+        reply.headers(served.headers);
+        reply.header('cache-status', cacheStatus(served.outcome, undefined, now()));
+        return reply.code(served.status).send(served.body);
+    }
+  }
+
+  async function resolveCaller(authorization: string, info: RouteInfo, reply: FastifyReply, request: FastifyRequest): Promise<Caller | FastifyReply> {
+    try {
+      const result = await identity.resolve(authorization);
+      if (result.kind === 'caller') return result.caller;
+      return sendRelay(reply, result.response, { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status });
+    } catch (err) {
+      const failure = err instanceof UpstreamError ? err : new UpstreamError('reset', String(err));
+      const lapsed = identity.peekLapsed(authorization);
+      if (lapsed !== undefined && info.kind === 'cacheable' && !info.req.op.adminOnly) {
+        // The instance is failing: a caller we knew may still get what we hold for them.
+        return sendServed(request, reply, readThrough.serveStaleOnly(makeKey(lapsed.scope, info.suffix), failure));
+      }
+      return sendServed(request, reply, readThrough.serveStaleOnly('', failure));
+    }
+  }
+
+  app.route({
+    method: ['GET', 'HEAD'],
+    url: '/api/v1/*',
+    handler: async (request, reply) => {
+      const authorization = request.headers.authorization;
+      const info = routes.get(request.url) ?? routes.set(request.url, resolveRoute(request.url));
+      if (info.kind === 'passthrough' || authorization === undefined) return passthrough(request, reply);
+
+      const t = now();
+      let caller = identity.peek(authorization, t);
+      if (caller === undefined) {
+        const resolved = await resolveCaller(authorization, info, reply, request);
+        if (!('userId' in resolved)) return resolved;
+        caller = resolved;
+      }
+      if (info.kind === 'invalid') {
+        return reply.code(info.error.status).header('cache-status', 'tm-cache; detail=invalid-request').send(info.error.toBody());
+      }
+      if (info.kind === 'bypass') {
+        if (config.cache.strict) return reply.code(422).send(unknownParamsBody(info.unknown));
+        return passthrough(request, reply, { kind: 'bypass', detail: 'unknown-param' });
+      }
+      const op = info.req.op;
+      const verified = !op.adminOnly || identity.isVerifiedAdmin(caller, t);
+      const key = makeKey(op.adminOnly && verified ? ADMIN_SCOPE : caller.scope, info.suffix);
+      const noCache = honorNoCache && wantsRevalidation(request.headers['cache-control'], request.headers.pragma);
+      if (!noCache) {
+        const entry = deps.cache.peek(key);
+        if (entry !== undefined && isFresh(entry, t)) {
+          onOutcome?.(HIT_MEMORY, op.id);
+          return sendEntry(request, reply, entry, HIT_MEMORY, t);
+        }
+      }
+      // A caller not yet verified as admin never reads the shared admin entries: their request goes
+      // upstream under their own token (coalesced only with their own), and a 200 verifies them.
+      const storeKey = op.adminOnly ? makeKey(ADMIN_SCOPE, info.suffix) : key;
+      const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache });
+      onOutcome?.(served.outcome, op.id);
+      return sendServed(request, reply, served);
+    },
+  });
+
+  app.addHook('onClose', async () => {
+    await deps.upstream.close();
+  });
+  app.decorate('tmCache', { identity, readThrough, routes });
+  return app;
+}
+
+const HIT_MEMORY: CacheOutcome = Object.freeze({ kind: 'hit', tier: 'memory' });
+
+function unknownParamsBody(unknown: readonly string[]): ReturnType<typeof makeErrorBody> {
+  const errors: Record<string, string[]> = {};
+  for (const name of unknown) errors[name] = [`The ${name} parameter is not defined for this operation.`];
+  return makeErrorBody('The given data was invalid.', errors);
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+}
+

@@ -1,0 +1,135 @@
+/**
+ * The way to the instance: an undici Pool with keep-alive and timeouts, a bound on concurrent
+ * upstream requests with a bounded queue, and per-caller Retry-After bookkeeping.
+ *
+ * It returns every upstream answer as it is (status, headers, body bytes); deciding what is
+ * cacheable is the read-through's job. Transport failures become an UpstreamError carrying a code
+ * and the HTTP status the proxy answers with: 504 for a timeout, 502 for a refused or reset
+ * connection, 503 when the queue is full (fastify-reply-from does the same mapping).
+ */
+import { Pool, errors as undiciErrors } from 'undici';
+import type { IncomingHttpHeaders } from 'node:http';
+
+export interface UpstreamResponse {
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly body: Buffer;
+}
+
+export type UpstreamErrorCode = 'timeout' | 'connect' | 'reset' | 'queue-full' | 'closed';
+
+export class UpstreamError extends Error {
+  readonly code: UpstreamErrorCode;
+  readonly status: 502 | 503 | 504;
+
+  constructor(code: UpstreamErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'UpstreamError';
+    this.code = code;
+    this.status = code === 'timeout' ? 504 : code === 'queue-full' ? 503 : 502;
+  }
+}
+
+export interface UpstreamOptions {
+  readonly url: string;
+  readonly connectTimeoutMs: number;
+  readonly headersTimeoutMs: number;
+  readonly bodyTimeoutMs: number;
+  readonly connections: number;
+  readonly maxConcurrent: number;
+  readonly maxQueue: number;
+}
+
+/** What the read-through needs from upstream; tests may substitute it, production uses UpstreamClient. */
+export interface Upstream {
+  get(path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse>;
+  close(): Promise<void>;
+}
+
+export class UpstreamClient implements Upstream {
+  private readonly pool: Pool;
+  private readonly basePath: string;
+  private active = 0;
+  private readonly queue: Array<() => void> = [];
+
+  constructor(private readonly options: UpstreamOptions) {
+    const url = new URL(options.url);
+    this.basePath = url.pathname.replace(/\/$/, '');
+    this.pool = new Pool(url.origin, {
+      connections: options.connections,
+      connect: { timeout: options.connectTimeoutMs },
+      headersTimeout: options.headersTimeoutMs,
+      bodyTimeout: options.bodyTimeoutMs,
+      keepAliveTimeout: 30_000,
+    });
+  }
+
+  /** Requests in flight upstream and waiting for a slot. */
+  get load(): { active: number; queued: number } {
+    return { active: this.active, queued: this.queue.length };
+  }
+
+  async get(path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
+    await this.acquire();
+    try {
+      const res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers });
+      const chunks: Buffer[] = [];
+      for await (const chunk of res.body) chunks.push(chunk as Buffer);
+      return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
+    } catch (err) {
+      throw toUpstreamError(err);
+    } finally {
+      this.release();
+    }
+  }
+
+  async close(): Promise<void> {
+    for (const wake of this.queue.splice(0)) wake();
+    await this.pool.close();
+  }
+
+  private acquire(): Promise<void> {
+    if (this.active < this.options.maxConcurrent) {
+      this.active++;
+      return Promise.resolve();
+    }
+    if (this.queue.length >= this.options.maxQueue) {
+      return Promise.reject(new UpstreamError('queue-full', 'too many requests waiting for the upstream'));
+    }
+    return new Promise((resolve) => this.queue.push(() => (this.active++, resolve())));
+  }
+
+  private release(): void {
+    this.active--;
+    const next = this.queue.shift();
+    if (next) next();
+  }
+}
+
+export function toUpstreamError(err: unknown): UpstreamError {
+  if (err instanceof UpstreamError) return err;
+  if (
+    err instanceof undiciErrors.HeadersTimeoutError ||
+    err instanceof undiciErrors.BodyTimeoutError ||
+    err instanceof undiciErrors.ConnectTimeoutError
+  ) {
+    return new UpstreamError('timeout', 'the upstream did not answer in time', { cause: err });
+  }
+  if (err instanceof undiciErrors.ClientClosedError || err instanceof undiciErrors.ClientDestroyedError) {
+    return new UpstreamError('closed', 'the upstream client is closed', { cause: err });
+  }
+  const code = (err as { code?: string }).code;
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EHOSTUNREACH') {
+    return new UpstreamError('connect', 'the upstream refused the connection', { cause: err });
+  }
+  return new UpstreamError('reset', 'the upstream connection failed', { cause: err });
+}
+
+/** Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date; `fallbackMs` when absent or unreadable. */
+export function parseRetryAfterMs(value: string | string[] | undefined, now: number, fallbackMs: number): number {
+  const v = Array.isArray(value) ? value[0] : value;
+  if (v === undefined || v.trim() === '') return fallbackMs;
+  if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
+  const date = Date.parse(v);
+  return Number.isNaN(date) ? fallbackMs : Math.max(0, date - now);
+}
