@@ -565,12 +565,21 @@ function validate(value: unknown, spec: Spec, path: string, origin: ReadonlyMap<
 /** Rules that involve more than one setting; run only when every setting is valid on its own. */
 function checkRelations(config: Config, origin: ReadonlyMap<string, string>, problems: string[]): void {
   const { memory, redis } = config.cache;
+  // Of two settings in conflict, blame the one somebody set, not a default they never saw.
   if (memory.maxEntryBytes > memory.maxBytes) {
-    problems.push(describeProblem('cache.memory.maxEntryBytes', memory.maxEntryBytes, `at most cache.memory.maxBytes (${memory.maxBytes})`, origin));
+    problems.push(
+      originOf('cache.memory.maxEntryBytes', origin) === undefined
+        ? describeProblem('cache.memory.maxBytes', memory.maxBytes, `at least cache.memory.maxEntryBytes (${memory.maxEntryBytes}); lower that too`, origin)
+        : describeProblem('cache.memory.maxEntryBytes', memory.maxEntryBytes, `at most cache.memory.maxBytes (${memory.maxBytes})`, origin),
+    );
   }
   const { port: proxyPort, managementPort } = config.server;
   if (proxyPort !== 0 && proxyPort === managementPort) {
-    problems.push(describeProblem('server.managementPort', managementPort, `a port other than server.port (${proxyPort}), or 0`, origin));
+    problems.push(
+      originOf('server.managementPort', origin) === undefined
+        ? describeProblem('server.port', proxyPort, `a port other than server.managementPort (${managementPort}), or 0`, origin)
+        : describeProblem('server.managementPort', managementPort, `a port other than server.port (${proxyPort}), or 0`, origin),
+    );
   }
   const keyIds = Object.keys(redis.encryptionKeys);
   if (keyIds.length > 0 && !keyIds.includes(redis.encryptionKeyId)) {
