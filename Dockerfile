@@ -1,0 +1,45 @@
+# syntax=docker/dockerfile:1
+#
+# tm-cache container image.
+#
+#   docker build -t tm-cache .
+#   docker run --rm -p 8080:8080 -p 9090:9090 -e TM_CACHE_UPSTREAM=https://tm.example.com tm-cache
+#
+# Settings come from flags, TM_CACHE_* environment variables or a YAML file passed with
+# `--config` (see config/default.yaml, copied into the image at /app/config/default.yaml).
+
+# Node 20 line, as the project's engines field requires; pin a patch release or a digest
+# (node:20.20-bookworm-slim@sha256:...) for reproducible builds.
+ARG NODE_IMAGE=node:20-bookworm-slim
+
+# ---- build: compile TypeScript with the dev dependencies ----------------------------------
+FROM ${NODE_IMAGE} AS build
+WORKDIR /app
+# Manifests first, so the dependency layer is reused while only sources change.
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN npm run build
+
+# ---- runtime: production dependencies, compiled code, config reference --------------------
+FROM ${NODE_IMAGE} AS runtime
+# 0.0.0.0: in a container, listening on loopback only would make both ports unreachable.
+ENV NODE_ENV=production \
+    TM_CACHE_HOST=0.0.0.0 \
+    TM_CACHE_MANAGEMENT_HOST=0.0.0.0
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+COPY --from=build /app/dist ./dist
+COPY config ./config
+# The image's `node` user, by number so that Kubernetes' runAsNonRoot can verify it.
+# Nothing is written at runtime: the root filesystem may be mounted read-only.
+USER 1000:1000
+# 8080: the proxy; 9090: management (/healthz, /readyz).
+EXPOSE 8080 9090
+# Slim images have no curl: ask node. Follows TM_CACHE_MANAGEMENT_PORT when it is overridden.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.TM_CACHE_MANAGEMENT_PORT || 9090) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+ENTRYPOINT ["node", "dist/cli.js"]
+CMD ["serve"]
