@@ -14,7 +14,7 @@
  *
  *   any other method or path ──▶ @fastify/http-proxy; a successful write drops the tags it names.
  */
-import fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import httpProxy from '@fastify/http-proxy';
 import type { Logger } from 'pino';
 import { makeErrorBody } from '../api/errors.js';
@@ -52,7 +52,7 @@ const WRITE_METHODS = ['DELETE', 'PATCH', 'POST', 'PUT', 'OPTIONS'];
 export async function buildProxy(config: Config, deps: ProxyDeps): Promise<FastifyInstance> {
   const now = deps.now ?? Date.now;
   const app = fastify({
-    loggerInstance: deps.logger,
+    loggerInstance: deps.logger as FastifyBaseLogger,
     disableRequestLogging: true,
     // The cacheable path parses its own query string (normalize.ts); skip fastify's parse.
     routerOptions: { querystringParser: () => EMPTY_QUERY, ignoreTrailingSlash: true },

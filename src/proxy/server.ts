@@ -1,0 +1,142 @@
+/**
+ * The composition root of `tm-cache serve`: config → upstream client, tiers, HMAC secret,
+ * metrics → the proxy app and the management app, both listening. `close()` drains: the
+ * management port reports not-ready, in-flight requests finish (bounded by shutdownGraceMs),
+ * then connections, Redis and the upstream pool close.
+ */
+import { randomBytes } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { decodeSecret } from '../config/load.js';
+import type { Config } from '../config/schema.js';
+import { MemoryTier } from '../cache/memory-tier.js';
+import { RedisTier } from '../cache/redis-tier.js';
+import { TieredCache } from '../cache/tiered.js';
+import type { Keyring } from '../cache/keyring.js';
+import type { HostPort } from '../cache/redis-client.js';
+import { createMetrics } from '../ops/metrics.js';
+import { buildManagement, type ReadinessCheck } from '../ops/management.js';
+import { UpstreamClient } from '../upstream/client.js';
+import { buildProxy } from './app.js';
+
+export interface RunningProxy {
+  readonly url: string;
+  readonly managementUrl: string;
+  readonly app: FastifyInstance;
+  readonly cache: TieredCache;
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  readonly logger: Logger;
+  readonly now?: () => number;
+}
+
+export async function startProxy(config: Config, options: StartOptions): Promise<RunningProxy> {
+  const { logger } = options;
+  const now = options.now ?? Date.now;
+  const redis = config.cache.redis.url !== '' || config.cache.redis.mode !== 'standalone' ? makeRedisTier(config, logger, now) : undefined;
+  if (redis && Object.keys(config.cache.redis.encryptionKeys).length === 0) {
+    logger.warn('cache.redis.encryptionKeys is empty: entries are stored in Redis compressed but not encrypted');
+  }
+  const cache = new TieredCache({
+    memory: new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now }),
+    ...(redis ? { redis } : {}),
+  });
+  const upstream = new UpstreamClient(config.upstream);
+  const metrics = createMetrics();
+  const app = await buildProxy(config, {
+    cache,
+    upstream,
+    logger,
+    hmacSecret: await resolveHmacSecret(config, redis, logger),
+    shared: redis,
+    lock: redis,
+    now,
+    onOutcome: (outcome, operation) => metrics.recordOutcome(outcome, operation),
+  });
+  metrics.gauge('tm_cache_memory_entries', 'Entries in the memory tier.', () => cache.memory.stats().entries);
+  metrics.gauge('tm_cache_memory_bytes', 'Bytes held by the memory tier.', () => cache.memory.stats().bytes);
+  metrics.gauge('tm_cache_upstream_active', 'Upstream requests in flight.', () => upstream.load.active);
+  metrics.gauge('tm_cache_upstream_queued', 'Upstream requests waiting for a slot.', () => upstream.load.queued);
+  if (redis) metrics.gauge('tm_cache_redis_errors_total', 'Redis errors, timeouts and disconnections.', () => redis.stats().errors);
+
+  const checks: ReadinessCheck[] = [];
+  if (redis) {
+    checks.push({
+      name: 'redis',
+      // Redis down is a degradation, not an outage: the memory tier keeps serving.
+      check: () => (redis.healthy() ? { status: 'ok' } : { status: 'degraded', detail: `redis ${redis.status().connection}: serving from memory` }),
+    });
+  }
+  const management = buildManagement(metrics, checks);
+  const url = await app.listen({ host: config.server.host, port: config.server.port });
+  const managementUrl = await management.listen({ host: config.server.managementHost, port: config.server.managementPort });
+
+  return {
+    url,
+    managementUrl,
+    app,
+    cache,
+    close: async () => {
+      (management as unknown as { startDraining(): void }).startDraining();
+      await withDeadline(app.close(), config.server.shutdownGraceMs, () => app.server.closeAllConnections());
+      await management.close();
+      await cache.close();
+    },
+  };
+}
+
+function makeRedisTier(config: Config, logger: Logger, now: () => number): RedisTier {
+  const r = config.cache.redis;
+  const keys = Object.entries(r.encryptionKeys);
+  const keyring: Keyring | undefined =
+    keys.length === 0 ? undefined : { keys: Object.fromEntries(keys.map(([id, text]) => [id, decodeSecret(text)!])), current: r.encryptionKeyId };
+  return new RedisTier({
+    ...(r.url !== '' ? { url: r.url } : {}),
+    mode: r.mode,
+    nodes: r.nodes.map(parseHostPort),
+    sentinels: r.sentinels.map(parseHostPort),
+    name: r.sentinelName,
+    commandTimeoutMs: r.commandTimeoutMs,
+    connectTimeoutMs: r.connectTimeoutMs,
+    keyPrefix: r.keyPrefix,
+    maxEntryBytes: config.cache.memory.maxEntryBytes,
+    ...(keyring ? { keyring } : {}),
+    logger: logger.child({ tier: 'redis' }),
+    now,
+  });
+}
+
+function parseHostPort(text: string): HostPort {
+  const i = text.lastIndexOf(':');
+  return { host: text.slice(0, i), port: Number(text.slice(i + 1)) };
+}
+
+/**
+ * The HMAC secret for credentials: configured, else shared through Redis so every replica computes
+ * the same digests, else (memory only, or Redis unreachable at start) random for this process.
+ */
+async function resolveHmacSecret(config: Config, redis: RedisTier | undefined, logger: Logger): Promise<Buffer> {
+  if (config.identity.hmacSecret !== '') return decodeSecret(config.identity.hmacSecret)!;
+  if (redis) {
+    await redis.ready(config.cache.redis.connectTimeoutMs);
+    const shared = await redis.getOrCreateSecret('hmac');
+    if (shared) return shared;
+    logger.warn('could not read the shared HMAC secret from Redis: using a per-process one (identities are not shared until restart)');
+  }
+  return randomBytes(32);
+}
+
+async function withDeadline(work: Promise<unknown>, ms: number, onTimeout: () => void): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      onTimeout();
+      resolve();
+    }, ms);
+    timer.unref();
+  });
+  await Promise.race([work.then(() => undefined), deadline]);
+  clearTimeout(timer);
+}
