@@ -1,0 +1,45 @@
+/**
+ * One fill in flight per key (request coalescing, "collapsed forwarding"): the first caller
+ * for a key becomes the leader and runs `fn`; everyone who asks for the same key while it runs
+ * shares its promise, so they get the same result or the same rejection. The key is released
+ * as soon as the promise settles, rejection included, so a failed fill is never remembered:
+ * the next caller simply leads a new one.
+ */
+export interface CoalescedRun<T> {
+  readonly promise: Promise<T>;
+  /** True for the one caller whose `fn` runs; the others were coalesced onto it. */
+  readonly leader: boolean;
+}
+
+export class Coalescer<T> {
+  readonly #inFlight = new Map<string, Promise<T>>();
+
+  /** How many keys have a fill running right now. */
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  isInFlight(key: string): boolean {
+    return this.#inFlight.has(key);
+  }
+
+  run(key: string, fn: () => Promise<T>): CoalescedRun<T> {
+    const running = this.#inFlight.get(key);
+    if (running) return { promise: running, leader: false };
+    const promise = startSafely(fn).finally(() => {
+      // Only release our own run: by now a later leader may have registered under the key.
+      if (this.#inFlight.get(key) === promise) this.#inFlight.delete(key);
+    });
+    this.#inFlight.set(key, promise);
+    return { promise, leader: true };
+  }
+}
+
+/** A synchronous throw inside `fn` becomes a rejection shared like any other. */
+function startSafely<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return Promise.resolve(fn());
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}

@@ -1,0 +1,150 @@
+/**
+ * The first tier: an in-process LRU bounded in bytes. Its `peek` is the hit path of every
+ * request, so it is a single synchronous lookup: no promise, no allocation, no hashing.
+ * Everything else (the tag index, sizes, expiry) is paid for on `set` and on eviction.
+ */
+import { LRUCache } from 'lru-cache';
+import { expiresAt, type CacheEntry } from './entry.js';
+import type { CacheTier } from './tier.js';
+
+export const DEFAULT_MAX_BYTES = 256 * 1024 * 1024;
+export const DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024;
+/**
+ * What an entry costs besides its body: the headers record, the metadata object, the LRU's
+ * slots and the tag index. A fixed estimate: measuring it per entry would cost more than the
+ * precision is worth, and bodies (kilobytes) dominate anyway.
+ */
+export const ENTRY_OVERHEAD_BYTES = 1024;
+
+export interface MemoryTierOptions {
+  /** Upper bound of the sum of entry sizes (body + ENTRY_OVERHEAD_BYTES). */
+  maxBytes?: number;
+  /** Entries larger than this (body + overhead) are not stored. */
+  maxEntryBytes?: number;
+  /** Clock in ms since epoch; injectable so tests move time instead of sleeping. */
+  now?: () => number;
+}
+
+export interface MemoryTierStats {
+  entries: number;
+  bytes: number;
+}
+
+export class MemoryTier implements CacheTier {
+  readonly name = 'memory' as const;
+  readonly maxBytes: number;
+  readonly maxEntryBytes: number;
+  readonly #now: () => number;
+  readonly #lru: LRUCache<string, CacheEntry>;
+  /** tag → keys carrying it; kept in step with the LRU by `set` and `dispose`. */
+  readonly #keysByTag = new Map<string, Set<string>>();
+
+  constructor(options: MemoryTierOptions = {}) {
+    this.maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
+    this.maxEntryBytes = Math.min(options.maxEntryBytes ?? DEFAULT_MAX_ENTRY_BYTES, this.maxBytes);
+    if (!(this.maxBytes > ENTRY_OVERHEAD_BYTES)) {
+      throw new Error(`maxBytes must be more than ${ENTRY_OVERHEAD_BYTES}, got ${this.maxBytes}`);
+    }
+    this.#now = options.now ?? Date.now;
+    this.#lru = new LRUCache<string, CacheEntry>({
+      maxSize: this.maxBytes,
+      sizeCalculation: entrySizeBytes,
+      // lru-cache reads the clock through `perf`. ttlResolution 0: read it on every check,
+      // because a cached "now" would arm a timer per millisecond on the hit path and would
+      // hide a fake clock's jumps from tests.
+      perf: { now: this.#now },
+      ttlResolution: 0,
+      // Expired entries go lazily (on lookup or by LRU pressure): no timer per entry.
+      ttlAutopurge: false,
+      allowStale: false,
+      updateAgeOnGet: false,
+      dispose: (entry, key) => this.#unindex(key, entry),
+    });
+  }
+
+  /**
+   * The hit path: the live entry or undefined, synchronously. Counts as a use for the LRU
+   * order. An entry past `expiresAt` is never returned (and is dropped on the way).
+   */
+  peek(key: string): CacheEntry | undefined {
+    return this.#lru.get(key);
+  }
+
+  async get(key: string): Promise<CacheEntry | undefined> {
+    return this.#lru.get(key);
+  }
+
+  /** Synchronous store; the async `set` of CacheTier wraps it. False when the entry was skipped. */
+  store(key: string, entry: CacheEntry): boolean {
+    const ttlMs = expiresAt(entry) - this.#now();
+    if (ttlMs <= 0 || entrySizeBytes(entry) > this.maxEntryBytes) {
+      // Still drop an older value under the key: the caller meant to replace it.
+      this.#lru.delete(key);
+      return false;
+    }
+    // Order matters: replacing a value disposes the old one (unindexing its tags) inside set,
+    // so the new tags must be indexed after it.
+    this.#lru.set(key, entry, { ttl: Math.ceil(ttlMs) });
+    for (const tag of entry.tags) {
+      let keys = this.#keysByTag.get(tag);
+      if (!keys) this.#keysByTag.set(tag, (keys = new Set()));
+      keys.add(key);
+    }
+    return true;
+  }
+
+  async set(key: string, entry: CacheEntry): Promise<void> {
+    this.store(key, entry);
+  }
+
+  /** Synchronous delete; true when an entry was there. */
+  drop(key: string): boolean {
+    return this.#lru.delete(key);
+  }
+
+  async delete(key: string): Promise<void> {
+    this.#lru.delete(key);
+  }
+
+  /** Synchronous tag drop; resolves nothing, costs one index lookup plus one delete per key. */
+  dropTag(tag: string): number {
+    const keys = this.#keysByTag.get(tag);
+    if (!keys) return 0;
+    let dropped = 0;
+    // Copy first: each delete disposes and so edits the very set being walked.
+    for (const key of [...keys]) if (this.#lru.delete(key)) dropped++;
+    this.#keysByTag.delete(tag);
+    return dropped;
+  }
+
+  async invalidateTag(tag: string): Promise<number> {
+    return this.dropTag(tag);
+  }
+
+  /** Drops everything, e.g. when invalidation messages may have been missed. */
+  clear(): void {
+    this.#lru.clear();
+    this.#keysByTag.clear();
+  }
+
+  stats(): MemoryTierStats {
+    return { entries: this.#lru.size, bytes: this.#lru.calculatedSize };
+  }
+
+  async close(): Promise<void> {
+    this.clear();
+  }
+
+  #unindex(key: string, entry: CacheEntry): void {
+    for (const tag of entry.tags) {
+      const keys = this.#keysByTag.get(tag);
+      if (!keys) continue;
+      keys.delete(key);
+      if (keys.size === 0) this.#keysByTag.delete(tag);
+    }
+  }
+}
+
+export function entrySizeBytes(entry: CacheEntry): number {
+  return entry.body.length + ENTRY_OVERHEAD_BYTES;
+}

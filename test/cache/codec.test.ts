@@ -1,0 +1,86 @@
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { decodeEntry, decodeValue, encodeEntry, encodeValue, FORMAT_VERSION, storedKeyId } from '../../src/cache/codec.js';
+import { assertKeyring, type Keyring } from '../../src/cache/keyring.js';
+import { makeEntry, makeListPageBody } from './fixtures.js';
+
+const k1 = randomBytes(32);
+const k2 = randomBytes(32);
+const ring1: Keyring = { keys: { k1 }, current: 'k1' };
+const ring12: Keyring = { keys: { k1, k2 }, current: 'k2' };
+const now = 1_700_000_000_000;
+
+describe('codec', () => {
+  it('round-trips an entry, every field equal, with and without a keyring', async () => {
+    const entry = makeEntry(now, { body: makeListPageBody(100) });
+    for (const keyring of [undefined, ring1]) {
+      const decoded = await decodeEntry(await encodeEntry(entry, keyring), keyring);
+      expect(decoded!.body.equals(entry.body)).toBe(true);
+      expect({ ...decoded, body: null }).toEqual({ ...entry, body: null });
+    }
+  });
+
+  it('shrinks a 100-item JSON list page several times', async () => {
+    const body = makeListPageBody(100);
+    const stored = await encodeEntry(makeEntry(now, { body }));
+    expect(body.length / stored.length).toBeGreaterThan(5);
+  });
+
+  it('stores a small body as it is and still round-trips it', async () => {
+    const entry = makeEntry(now, { body: Buffer.from('{}') });
+    const stored = await encodeEntry(entry);
+    expect(stored.includes(Buffer.from('{}'))).toBe(true);
+    expect((await decodeEntry(stored))!.body.toString()).toBe('{}');
+  });
+
+  it('leaves no plaintext in a sealed value, and opens it only with the key', async () => {
+    const entry = makeEntry(now, { body: Buffer.from('{"name":"secret plan for login smoke"}'.repeat(50)) });
+    const sealed = await encodeEntry(entry, ring1);
+    for (const fragment of ['secret plan', 'project:5', 'content-type', entry.etag]) {
+      expect(sealed.includes(Buffer.from(fragment))).toBe(false);
+    }
+    expect(await decodeEntry(sealed)).toBeUndefined();
+    expect(await decodeEntry(sealed, { keys: { k1: k2 }, current: 'k1' })).toBeUndefined();
+  });
+
+  it('opens values sealed with an older key after rotation; new values carry the current key id', async () => {
+    const entry = makeEntry(now);
+    const old = await encodeEntry(entry, ring1);
+    const fresh = await encodeEntry(entry, ring12);
+    expect([storedKeyId(old), storedKeyId(fresh)]).toEqual(['k1', 'k2']);
+    expect((await decodeEntry(old, ring12))?.etag).toBe(entry.etag);
+    expect((await decodeEntry(fresh, ring12))?.etag).toBe(entry.etag);
+    expect(await decodeEntry(fresh, ring1)).toBeUndefined();
+  });
+
+  it('answers undefined, never throws, for anything it cannot trust', async () => {
+    const sealed = await encodeEntry(makeEntry(now), ring1);
+    const plain = await encodeEntry(makeEntry(now));
+    const tampered = Buffer.from(sealed);
+    tampered[tampered.length - 20]! ^= 1;
+    const cases: Array<[string, Buffer, Keyring | undefined]> = [
+      ['a flipped ciphertext bit', tampered, ring1],
+      ['another format version', Buffer.concat([Buffer.from([FORMAT_VERSION + 1]), sealed.subarray(1)]), ring1],
+      ['an unknown flag', Buffer.concat([Buffer.from([FORMAT_VERSION, 0x40]), plain.subarray(2)]), undefined],
+      ['a plaintext value while a keyring is set', plain, ring1],
+      ['a truncated value', sealed.subarray(0, 10), ring1],
+      ['an empty value', Buffer.alloc(0), undefined],
+      ['random bytes', randomBytes(200), undefined],
+      ['a small value in place of an entry', encodeValue(Buffer.from('{}')), undefined],
+    ];
+    for (const [, stored, keyring] of cases) expect(await decodeEntry(stored, keyring)).toBeUndefined();
+  });
+
+  it('seals small values the same way', () => {
+    const sealed = encodeValue(Buffer.from('{"userId":7}'), ring1);
+    expect(sealed.includes(Buffer.from('userId'))).toBe(false);
+    expect(decodeValue(sealed, ring12)?.toString()).toBe('{"userId":7}');
+    expect(decodeValue(sealed)).toBeUndefined();
+    expect(decodeValue(encodeValue(Buffer.from('x')))?.toString()).toBe('x');
+  });
+
+  it('refuses a keyring with a short key or a missing current id, naming it', () => {
+    expect(() => assertKeyring({ keys: { a: randomBytes(16) }, current: 'a' })).toThrow(/"a" must be 32 bytes/);
+    expect(() => assertKeyring({ keys: { a: k1 }, current: 'b' })).toThrow(/current "b"/);
+  });
+});

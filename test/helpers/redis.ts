@@ -1,0 +1,110 @@
+/**
+ * A private redis-server per test file, on a free loopback port: never the machine's shared
+ * Redis (6379), so tests can kill, restart and fill it freely. Nothing is persisted
+ * (`--save "" --appendonly no`), and every server started here is killed when the test
+ * process exits, however it exits.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createConnection, createServer } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export interface RedisHandle {
+  readonly url: string;
+  readonly port: number;
+  /** Graceful stop (SIGTERM), waits for the process to exit. */
+  stop(): Promise<void>;
+  /** Abrupt death (SIGKILL), as in a crash or an OOM kill; waits for the process to exit. */
+  kill(): Promise<void>;
+  /** Starts a server again on the same port (after stop/kill; stops a running one first). */
+  restart(): Promise<void>;
+}
+
+const READY_TIMEOUT_MS = 15_000;
+const running = new Set<ChildProcess>();
+const logs = new WeakMap<ChildProcess, string[]>();
+
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+export async function findFreePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** One PING over a raw socket; true on `+PONG`. */
+function ping(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: '127.0.0.1', port });
+    const done = (ok: boolean): void => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(500, () => done(false));
+    socket.once('error', () => done(false));
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.once('data', (data) => done(data.toString().startsWith('+PONG')));
+  });
+}
+
+function spawnServer(port: number): ChildProcess {
+  const args = ['--port', String(port), '--save', '', '--appendonly', 'no', '--bind', '127.0.0.1', '--loglevel', 'warning'];
+  const child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  // Keep the tail of its log (redis-server logs to stdout) for the error if it fails to start.
+  const log: string[] = [];
+  const keep = (chunk: Buffer): void => {
+    log.push(chunk.toString());
+    if (log.length > 20) log.shift();
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  logs.set(child, log);
+  running.add(child);
+  child.once('exit', () => running.delete(child));
+  return child;
+}
+
+async function waitUntilReady(child: ChildProcess, port: number): Promise<void> {
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      const log = (logs.get(child) ?? []).join('').slice(-2000);
+      throw new Error(`redis-server on port ${port} exited (${child.exitCode ?? child.signalCode}): ${log}`);
+    }
+    if (await ping(port)) return;
+    await sleep(25);
+  }
+  child.kill('SIGKILL');
+  throw new Error(`redis-server on port ${port} did not answer PING within ${READY_TIMEOUT_MS} ms`);
+}
+
+async function terminate(child: ChildProcess | undefined, signal: NodeJS.Signals): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill(signal);
+  await exited;
+}
+
+export async function startRedis(): Promise<RedisHandle> {
+  const port = await findFreePort();
+  let child: ChildProcess | undefined = spawnServer(port);
+  await waitUntilReady(child, port);
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    stop: async () => terminate(child, 'SIGTERM'),
+    kill: async () => terminate(child, 'SIGKILL'),
+    restart: async () => {
+      await terminate(child, 'SIGTERM');
+      child = spawnServer(port);
+      await waitUntilReady(child, port);
+    },
+  };
+}
