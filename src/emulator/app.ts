@@ -1,0 +1,40 @@
+/**
+ * buildEmulator: the reference instance of the Read API as a fastify app that never listens
+ * (tests use port 0 through server.ts, or `inject`). `/api/v1` is in api.ts, the control plane
+ * in control.ts; both share one EmulatorState.
+ */
+import Fastify, { type FastifyInstance } from 'fastify';
+import { makeErrorBody } from '../api/errors.js';
+import { apiPlugin, sendJson } from './api.js';
+import { controlPlugin } from './control.js';
+import { SCALES, type DatasetOptions } from './model.js';
+import { EmulatorState } from './state.js';
+
+export type EmulatorOptions = DatasetOptions;
+
+/** The state behind an app built by buildEmulator, for in-process callers (bench, CLI). */
+const STATES = new WeakMap<FastifyInstance, EmulatorState>();
+
+export function emulatorState(app: FastifyInstance): EmulatorState | undefined {
+  return STATES.get(app);
+}
+
+export function assertEmulatorOptions(opts: EmulatorOptions): void {
+  if (!Number.isSafeInteger(opts.seed)) throw new Error(`emulator seed must be an integer, got ${String(opts.seed)}`);
+  if (!SCALES.includes(opts.scale)) throw new Error(`emulator scale must be one of ${SCALES.join(', ')}, got ${String(opts.scale)}`);
+}
+
+export async function buildEmulator(opts: EmulatorOptions): Promise<FastifyInstance> {
+  assertEmulatorOptions(opts);
+  const state = EmulatorState.generate(opts);
+  // No logger: the emulator prints nothing; its stats endpoint is how one observes it.
+  const app = Fastify({ logger: false, forceCloseConnections: true });
+  STATES.set(app, state);
+  await app.register(apiPlugin, { state });
+  await app.register(controlPlugin, { state });
+  app.setNotFoundHandler((req, reply) =>
+    sendJson(reply, 404, makeErrorBody('Not found.', { path: [`No route ${req.method} ${req.url.split('?')[0]}.`] })),
+  );
+  await app.ready();
+  return app;
+}

@@ -1,0 +1,73 @@
+/**
+ * Everything one emulator instance holds: the dataset (with its memoized JSON), the logical
+ * clock for mutations, request stats and injected faults.
+ */
+import { generateDataset, type Dataset } from './dataset.js';
+import { FaultInjector } from './faults.js';
+import type { World } from './kinds.js';
+import { DATASET_NOW_MS, type Caller, type DatasetOptions } from './model.js';
+import { JsonMemo } from './serialize.js';
+import { RequestStats } from './stats.js';
+
+/** Each mutation happens one second after the previous one, starting at the dataset's "now". */
+export const MUTATION_STEP_MS = 1000;
+
+export class LogicalClock {
+  private nowMs = DATASET_NOW_MS;
+
+  tick(): number {
+    this.nowMs += MUTATION_STEP_MS;
+    return this.nowMs;
+  }
+}
+
+export interface TokenInfo {
+  readonly token: string;
+  readonly user_id: number;
+  readonly name: string;
+  readonly is_admin: boolean;
+  readonly project_ids: number[];
+}
+
+export class EmulatorState implements World {
+  readonly memo = new JsonMemo();
+  readonly clock = new LogicalClock();
+  readonly stats = new RequestStats();
+  readonly faults: FaultInjector;
+  private readonly byToken: Map<string, Caller>;
+
+  constructor(readonly data: Dataset) {
+    this.faults = new FaultInjector(data.seed);
+    this.byToken = new Map(data.callers.map((c) => [c.token, c]));
+  }
+
+  static generate(opts: DatasetOptions): EmulatorState {
+    return new EmulatorState(generateDataset(opts));
+  }
+
+  /** The caller behind a bearer token; undefined when unknown or revoked. */
+  authenticate(token: string | undefined): Caller | undefined {
+    const caller = token === undefined ? undefined : this.byToken.get(token);
+    return caller && !caller.revoked ? caller : undefined;
+  }
+
+  findCaller(token: string): Caller | undefined {
+    return this.byToken.get(token);
+  }
+
+  isAdmin(userId: number): boolean {
+    return this.data.users[userId - 1]?.is_admin === true;
+  }
+
+  /** What GET /__emulator/tokens shows for a user: project_ids sorted ascending. */
+  describeUser(userId: number, token = ''): TokenInfo {
+    const user = this.data.users[userId - 1]!;
+    const projectIds = user.is_admin ? this.data.projects.map((p) => p.id) : [...(this.data.access.get(userId) ?? [])];
+    return { token, user_id: userId, name: user.name, is_admin: user.is_admin, project_ids: projectIds.sort((a, b) => a - b) };
+  }
+
+  /** Callers whose token still works. */
+  tokens(): TokenInfo[] {
+    return this.data.callers.filter((c) => !c.revoked).map((c) => this.describeUser(c.userId, c.token));
+  }
+}
