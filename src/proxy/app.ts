@@ -14,7 +14,7 @@
  *
  *   any other method or path ──▶ @fastify/http-proxy; a successful write drops the tags it names.
  */
-import fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import httpProxy from '@fastify/http-proxy';
 import type { Logger } from 'pino';
 import { makeErrorBody } from '../api/errors.js';
@@ -47,13 +47,18 @@ export interface ProxyDeps {
 }
 
 const EMPTY_QUERY = Object.freeze({});
-const WRITE_METHODS = ['DELETE', 'PATCH', 'POST', 'PUT', 'OPTIONS'];
+const WRITE_METHODS = new Set(['DELETE', 'PATCH', 'POST', 'PUT']);
+
+function isWrite(method: string): boolean {
+  return WRITE_METHODS.has(method);
+}
 
 export async function buildProxy(config: Config, deps: ProxyDeps): Promise<FastifyInstance> {
   const now = deps.now ?? Date.now;
   const app = fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
-    disableRequestLogging: true,
+    // One debug line per request comes from our own hook (below), with the cache outcome in it.
+    logController: new LogController({ disableRequestLogging: true }),
     // The cacheable path parses its own query string (normalize.ts); skip fastify's parse.
     routerOptions: { querystringParser: () => EMPTY_QUERY, ignoreTrailingSlash: true },
     return503OnClosing: true,
@@ -86,29 +91,16 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   const honorNoCache = config.cache.honorClientNoCache;
   const onOutcome = deps.onOutcome;
 
-  await app.register(httpProxy, {
-    upstream: config.upstream.url,
-    prefix: '/',
-    httpMethods: WRITE_METHODS,
-    replyOptions: {
-      onResponse: (request, reply, res) => {
-        if (res.statusCode >= 200 && res.statusCode < 300 && request.method !== 'OPTIONS') {
-          void invalidateForWrite(request.url);
-        }
-        void reply.send(res.stream);
-      },
-    },
-  });
-
   async function invalidateForWrite(url: string): Promise<void> {
     const tags = policy.tagsForWrite(url.split('?', 1)[0]!);
     await Promise.all(tags.map((tag) => deps.cache.invalidateTag(tag)));
     if (tags.length > 0) deps.logger.debug({ tags }, 'invalidated after write');
   }
 
-  function passthrough(request: FastifyRequest, reply: FastifyReply, outcome?: CacheOutcome): FastifyReply {
+  /** Lets the request fall through to @fastify/http-proxy, optionally saying why it was not cached. */
+  function passthrough(_request: FastifyRequest, reply: FastifyReply, outcome?: CacheOutcome): undefined {
     if (outcome) reply.header('cache-status', cacheStatus(outcome, undefined, now()));
-    return reply.from(request.url);
+    return undefined;
   }
 
   function sendEntry(request: FastifyRequest, reply: FastifyReply, entry: CacheEntry, outcome: CacheOutcome, t: number): FastifyReply {
@@ -154,45 +146,58 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     }
   }
 
-  app.route({
-    method: ['GET', 'HEAD'],
-    url: '/api/v1/*',
-    handler: async (request, reply) => {
-      const authorization = request.headers.authorization;
-      const info = routes.get(request.url) ?? routes.set(request.url, resolveRoute(request.url));
-      if (info.kind === 'passthrough' || authorization === undefined) return passthrough(request, reply);
+  /**
+   * The cache, as the preHandler of every proxied route: it answers what it can (a sent reply) and
+   * lets everything else fall through to @fastify/http-proxy (undefined).
+   */
+  async function answerFromCache(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    if (request.method !== 'GET' && request.method !== 'HEAD') return undefined;
+    const authorization = request.headers.authorization;
+    const info = routes.get(request.url) ?? routes.set(request.url, resolveRoute(request.url));
+    if (info.kind === 'passthrough' || authorization === undefined) return passthrough(request, reply);
 
-      const t = now();
-      let caller = identity.peek(authorization, t);
-      if (caller === undefined) {
-        const resolved = await resolveCaller(authorization, info, reply, request);
-        if (!('userId' in resolved)) return resolved;
-        caller = resolved;
+    const t = now();
+    let caller = identity.peek(authorization, t);
+    if (caller === undefined) {
+      const resolved = await resolveCaller(authorization, info, reply, request);
+      if (!('userId' in resolved)) return resolved;
+      caller = resolved;
+    }
+    if (info.kind === 'invalid') {
+      return reply.code(info.error.status).header('cache-status', 'tm-cache; detail=invalid-request').send(info.error.toBody());
+    }
+    if (info.kind === 'bypass') {
+      if (config.cache.strict) return reply.code(422).send(unknownParamsBody(info.unknown));
+      return passthrough(request, reply, { kind: 'bypass', detail: 'unknown-param' });
+    }
+    const op = info.req.op;
+    const verified = !op.adminOnly || identity.isVerifiedAdmin(caller, t);
+    const key = makeKey(op.adminOnly && verified ? ADMIN_SCOPE : caller.scope, info.suffix);
+    const noCache = honorNoCache && wantsRevalidation(request.headers['cache-control'], request.headers.pragma);
+    if (!noCache) {
+      const entry = deps.cache.peek(key);
+      if (entry !== undefined && isFresh(entry, t)) {
+        onOutcome?.(HIT_MEMORY, op.id);
+        return sendEntry(request, reply, entry, HIT_MEMORY, t);
       }
-      if (info.kind === 'invalid') {
-        return reply.code(info.error.status).header('cache-status', 'tm-cache; detail=invalid-request').send(info.error.toBody());
-      }
-      if (info.kind === 'bypass') {
-        if (config.cache.strict) return reply.code(422).send(unknownParamsBody(info.unknown));
-        return passthrough(request, reply, { kind: 'bypass', detail: 'unknown-param' });
-      }
-      const op = info.req.op;
-      const verified = !op.adminOnly || identity.isVerifiedAdmin(caller, t);
-      const key = makeKey(op.adminOnly && verified ? ADMIN_SCOPE : caller.scope, info.suffix);
-      const noCache = honorNoCache && wantsRevalidation(request.headers['cache-control'], request.headers.pragma);
-      if (!noCache) {
-        const entry = deps.cache.peek(key);
-        if (entry !== undefined && isFresh(entry, t)) {
-          onOutcome?.(HIT_MEMORY, op.id);
-          return sendEntry(request, reply, entry, HIT_MEMORY, t);
-        }
-      }
-      // A caller not yet verified as admin never reads the shared admin entries: their request goes
-      // upstream under their own token (coalesced only with their own), and a 200 verifies them.
-      const storeKey = op.adminOnly ? makeKey(ADMIN_SCOPE, info.suffix) : key;
-      const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache });
-      onOutcome?.(served.outcome, op.id);
-      return sendServed(request, reply, served);
+    }
+    // A caller not yet verified as admin never reads the shared admin entries: their request goes
+    // upstream under their own token (coalesced only with their own), and a 200 verifies them.
+    const storeKey = op.adminOnly ? makeKey(ADMIN_SCOPE, info.suffix) : key;
+    const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache });
+    onOutcome?.(served.outcome, op.id);
+    return sendServed(request, reply, served);
+  }
+
+  await app.register(httpProxy, {
+    upstream: config.upstream.url,
+    prefix: '/',
+    preHandler: answerFromCache,
+    replyOptions: {
+      onResponse: (request, reply, res) => {
+        if (isWrite(request.method) && res.statusCode >= 200 && res.statusCode < 300) void invalidateForWrite(request.url);
+        void reply.send(res.stream);
+      },
     },
   });
 

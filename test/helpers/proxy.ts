@@ -1,0 +1,58 @@
+/**
+ * Starts tm-cache the way `tm-cache serve` does (startProxy), on 127.0.0.1 port 0, in front of a
+ * given upstream, with config overrides deep-merged over the defaults.
+ */
+import { pino } from 'pino';
+import { request } from 'undici';
+import { DEFAULT_CONFIG, type Config } from '../../src/config/schema.js';
+import { startProxy, type RunningProxy } from '../../src/proxy/server.js';
+
+export type DeepPartial<T> = { -readonly [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
+
+export function makeConfig(upstreamUrl: string, overrides: DeepPartial<Config> = {}): Config {
+  const base = structuredClone(DEFAULT_CONFIG) as unknown as Record<string, unknown>;
+  merge(base, { upstream: { url: upstreamUrl }, server: { port: 0, managementPort: 0, shutdownGraceMs: 1_000 } });
+  merge(base, overrides as Record<string, unknown>);
+  return base as unknown as Config;
+}
+
+function merge(target: Record<string, unknown>, source: Record<string, unknown>): void {
+  for (const [k, v] of Object.entries(source)) {
+    const t = target[k];
+    if (v !== null && typeof v === 'object' && !Array.isArray(v) && t !== null && typeof t === 'object' && !Array.isArray(t)) {
+      merge(t as Record<string, unknown>, v as Record<string, unknown>);
+    } else {
+      target[k] = v;
+    }
+  }
+}
+
+export interface TestProxy extends RunningProxy {
+  get(path: string, token?: string, headers?: Record<string, string>): Promise<TestResponse>;
+}
+
+export interface TestResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer;
+  json(): any;
+}
+
+export async function startTestProxy(upstreamUrl: string, overrides: DeepPartial<Config> = {}, now?: () => number): Promise<TestProxy> {
+  const config = makeConfig(upstreamUrl, overrides);
+  const logger = pino({ level: process.env['TM_CACHE_TEST_LOG'] ?? 'silent' });
+  const proxy = await startProxy(config, { logger, ...(now ? { now } : {}) });
+  return {
+    ...proxy,
+    get: (path, token, headers = {}) => httpGet(proxy.url + path, token, headers),
+  };
+}
+
+export async function httpGet(url: string, token?: string, headers: Record<string, string> = {}, method: 'GET' | 'HEAD' = 'GET'): Promise<TestResponse> {
+  const res = await request(url, {
+    method,
+    headers: { ...(token === undefined ? {} : { authorization: `Bearer ${token}` }), ...headers },
+  });
+  const body = Buffer.from(await res.body.arrayBuffer());
+  return { status: res.statusCode, headers: res.headers, body, json: () => JSON.parse(body.toString('utf8')) };
+}
