@@ -28,9 +28,12 @@ function creationTime(ctx: WorkContext, i: number, n: number): number {
   return START_MS + Math.floor(((i + ctx.rng.next()) * HISTORY_MS) / n);
 }
 
-/** First the projects in turn, then a skewed draw: project 1 is the busiest, as in real instances. */
+/**
+ * Twice the projects in turn (so each project has at least two of everything), then a skewed
+ * draw: project 1 is the busiest, as in real instances.
+ */
 function pickProject(ctx: WorkContext, i: number): number {
-  if (i < ctx.projectCount) return i + 1;
+  if (i < 2 * ctx.projectCount) return (i % ctx.projectCount) + 1;
   const weights = Array.from({ length: ctx.projectCount }, (_, k) => 1 / Math.sqrt(k + 1));
   return ctx.rng.weighted(weights) + 1;
 }
@@ -191,7 +194,9 @@ export function makeSources(ctx: WorkContext, count: number): AutomationSource[]
   for (let i = 0; i < count; i++) {
     const project_id = pickProject(ctx, i);
     const created_at = creationTime(ctx, i, count);
-    const is_retired = ctx.rng.chance(0.25);
+    // The first round of sources is active and the second retired: every project has both.
+    const round = Math.floor(i / ctx.projectCount);
+    const is_retired = round === 0 ? false : round === 1 ? true : ctx.rng.chance(0.25);
     const retired_at = is_retired ? Math.min(DATASET_NOW_MS - HOUR_MS, created_at + ctx.rng.int(DAY_MS, 200 * DAY_MS)) : null;
     out.push({
       id: i + 1, project_id, name: `${ctx.rng.pick(['jest', 'pytest', 'junit', 'playwright', 'cypress'])}-${i + 1}`,
