@@ -1,0 +1,100 @@
+/**
+ * ioredis connections tuned so that Redis can only ever cost a miss, never a slow or failed
+ * request:
+ * - `commandTimeout`: a command not answered in time rejects (→ a miss), instead of waiting.
+ * - `enableOfflineQueue: false`: while disconnected, commands reject at once instead of
+ *   queueing behind a reconnect (an unbounded queue would also grow without limit).
+ * - `maxRetriesPerRequest: 0`: a command in flight when the connection drops rejects at once
+ *   rather than being replayed later, when its answer no longer matters.
+ * - a retry strategy that never gives up (with capped backoff), so the tier resumes by itself.
+ * The subscriber connection is the exception: it holds no request, so it queues its
+ * SUBSCRIBE until connected and re-subscribes after every reconnect (ioredis autoResubscribe).
+ */
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+
+export type RedisMode = 'standalone' | 'cluster' | 'sentinel';
+export type RedisClient = Redis | Cluster;
+export type ConnectionRole = 'commands' | 'subscriber';
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export interface RedisConnectionOptions {
+  /** `redis://[:password@]host:port[/db]` or `rediss://`; required in standalone mode. */
+  url?: string;
+  mode?: RedisMode;
+  /** Cluster seed nodes. */
+  nodes?: HostPort[];
+  /** Sentinels, with `name` the monitored master's name. */
+  sentinels?: HostPort[];
+  name?: string;
+  commandTimeoutMs?: number;
+  connectTimeoutMs?: number;
+}
+
+export const DEFAULT_COMMAND_TIMEOUT_MS = 50;
+export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
+const MAX_RECONNECT_DELAY_MS = 2_000;
+
+/** Reconnect forever: 100 ms, 200 ms, ... capped at 2 s, with jitter so replicas do not stampede. */
+export function reconnectDelayMs(attempt: number): number {
+  const base = Math.min(100 * attempt, MAX_RECONNECT_DELAY_MS);
+  return base + Math.floor(Math.random() * 100);
+}
+
+export function connectionOptions(options: RedisConnectionOptions, role: ConnectionRole): RedisOptions {
+  const forCommands = role === 'commands';
+  return {
+    connectTimeout: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+    ...(forCommands ? { commandTimeout: options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS } : {}),
+    enableOfflineQueue: !forCommands,
+    maxRetriesPerRequest: forCommands ? 0 : null,
+    retryStrategy: reconnectDelayMs,
+    autoResubscribe: true,
+    lazyConnect: false,
+    connectionName: `tm-cache:${role}`,
+  };
+}
+
+/** Checks the options once, at start, naming the field (CONVENTIONS: fail fast). */
+export function assertConnectionOptions(options: RedisConnectionOptions): void {
+  const mode = options.mode ?? 'standalone';
+  if (mode === 'standalone' && !options.url) throw new Error('redis.url is required in standalone mode');
+  if (mode === 'cluster' && !options.nodes?.length) throw new Error('redis.nodes must list at least one node in cluster mode');
+  if (mode === 'sentinel' && (!options.sentinels?.length || !options.name)) {
+    throw new Error('redis.sentinels (at least one) and redis.name are required in sentinel mode');
+  }
+}
+
+export function createRedisClient(options: RedisConnectionOptions, role: ConnectionRole): RedisClient {
+  assertConnectionOptions(options);
+  const redisOptions = connectionOptions(options, role);
+  switch (options.mode ?? 'standalone') {
+    case 'cluster':
+      return new Cluster(options.nodes!, clusterOptions(redisOptions));
+    case 'sentinel':
+      return new Redis({ ...redisOptions, sentinels: options.sentinels!, name: options.name!, sentinelRetryStrategy: reconnectDelayMs });
+    case 'standalone':
+      return new Redis(options.url!, redisOptions);
+  }
+}
+
+/**
+ * Cluster-level retries (failover, CLUSTERDOWN, TRYAGAIN) would otherwise hold a command for
+ * up to maxRedirections × 100 ms: keep them short and few, a miss is cheaper than a wait.
+ */
+function clusterOptions(redisOptions: RedisOptions): ClusterOptions {
+  const { retryStrategy: _perNode, enableOfflineQueue, ...perNode } = redisOptions;
+  return {
+    redisOptions: perNode,
+    enableOfflineQueue,
+    clusterRetryStrategy: reconnectDelayMs,
+    maxRedirections: 4,
+    retryDelayOnFailover: 20,
+    retryDelayOnClusterDown: 20,
+    retryDelayOnTryAgain: 20,
+    scaleReads: 'master',
+  };
+}

@@ -1,0 +1,117 @@
+/**
+ * The cache as the read-through sees it: memory first, then Redis (optional), with promotion.
+ *
+ * - `peek` is the hit path: memory only, synchronous.
+ * - A Redis hit is copied into memory for the rest of its life, so the next request for it on
+ *   this replica is a memory hit.
+ * - `set` writes memory at once and Redis in the background: the response never waits for it.
+ * - Invalidations (a tag or a key) drop locally, in Redis, and through the Redis channel on
+ *   every other replica's memory tier; if the channel was interrupted, memory is cleared,
+ *   since invalidations published meanwhile were lost.
+ * - Without Redis, or with Redis down, this is a memory cache: a failing tier is a miss.
+ */
+import type { CacheEntry } from './entry.js';
+import { MemoryTier, type MemoryTierStats } from './memory-tier.js';
+import type { InvalidationMessage, RedisTier, RedisTierStats } from './redis-tier.js';
+import type { TierName } from './tier.js';
+
+export interface TieredCacheOptions {
+  memory?: MemoryTier;
+  redis?: RedisTier;
+}
+
+export interface TieredHit {
+  entry: CacheEntry;
+  /** Where it was found: shown as `detail=` in Cache-Status. */
+  tier: TierName;
+}
+
+export interface TieredStats {
+  memory: MemoryTierStats;
+  redis?: RedisTierStats;
+}
+
+export class TieredCache {
+  readonly memory: MemoryTier;
+  /** The shared tier, when configured; also the fill lock and the shared store of the proxy. */
+  readonly redis: RedisTier | undefined;
+  readonly #unsubscribe: (() => void) | undefined;
+
+  constructor(options: TieredCacheOptions = {}) {
+    this.memory = options.memory ?? new MemoryTier();
+    this.redis = options.redis;
+    this.#unsubscribe = this.redis?.onInvalidate((message) => this.#applyRemote(message));
+  }
+
+  /** Memory only, synchronous: the per-request hit path. */
+  peek(key: string): CacheEntry | undefined {
+    return this.memory.peek(key);
+  }
+
+  async get(key: string): Promise<TieredHit | undefined> {
+    const local = this.memory.peek(key);
+    if (local) return { entry: local, tier: 'memory' };
+    if (!this.redis) return undefined;
+    const shared = await this.#getShared(key);
+    if (!shared) return undefined;
+    // A fill on this replica may have stored a newer entry while Redis answered: keep it.
+    const current = this.memory.peek(key);
+    if (current && current.storedAt >= shared.storedAt) return { entry: current, tier: 'memory' };
+    this.memory.store(key, shared);
+    return { entry: shared, tier: 'redis' };
+  }
+
+  /**
+   * Memory is written before this returns; the returned promise is the Redis write, which
+   * never rejects: callers may ignore it (fire-and-forget) or await it (tests, shutdown).
+   */
+  set(key: string, entry: CacheEntry): Promise<void> {
+    this.memory.store(key, entry);
+    return this.redis ? this.redis.set(key, entry) : Promise.resolve();
+  }
+
+  /** Drops `key` here, in Redis and on every other replica. */
+  async delete(key: string): Promise<void> {
+    this.memory.drop(key);
+    await this.redis?.delete(key);
+  }
+
+  /** Drops every entry tagged `tag` here, in Redis and on every other replica. */
+  async invalidateTag(tag: string): Promise<{ memory: number; redis: number }> {
+    const memory = this.memory.dropTag(tag);
+    const redis = (await this.redis?.invalidateTag(tag)) ?? 0;
+    return { memory, redis };
+  }
+
+  /** Readiness: true without Redis; with it, true once connected and listening (bounded wait). */
+  async ready(timeoutMs: number): Promise<boolean> {
+    return this.redis ? this.redis.ready(timeoutMs) : true;
+  }
+
+  stats(): TieredStats {
+    const stats: TieredStats = { memory: this.memory.stats() };
+    if (this.redis) stats.redis = this.redis.stats();
+    return stats;
+  }
+
+  async close(): Promise<void> {
+    this.#unsubscribe?.();
+    await this.redis?.close();
+    await this.memory.close();
+  }
+
+  async #getShared(key: string): Promise<CacheEntry | undefined> {
+    try {
+      return await this.redis?.get(key);
+    } catch {
+      // RedisTier never rejects; this only guards the rule "a failing tier is a miss".
+      return undefined;
+    }
+  }
+
+  #applyRemote(message: InvalidationMessage): void {
+    if (message.kind === 'tag') this.memory.dropTag(message.tag);
+    else if (message.kind === 'key') this.memory.drop(message.key);
+    else this.memory.clear();
+  }
+}

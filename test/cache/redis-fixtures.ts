@@ -1,0 +1,42 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { RedisTier, type RedisTierOptions } from '../../src/cache/redis-tier.js';
+
+/**
+ * Shared by the Redis tests. Each tier gets its own key prefix, so tests sharing one private
+ * redis-server never see each other's keys. Command timeouts are generous here (tests run in
+ * parallel on 2 cores): the failure tests set the production default explicitly.
+ */
+let prefixCount = 0;
+
+export function uniquePrefix(): string {
+  return `t${process.pid}-${++prefixCount}:`;
+}
+
+export async function makeRedisTier(url: string, options: Partial<RedisTierOptions> = {}): Promise<RedisTier> {
+  const tier = new RedisTier({ url, keyPrefix: uniquePrefix(), commandTimeoutMs: 2_000, ...options });
+  if (!(await tier.ready(15_000))) throw new Error(`RedisTier on ${url} not ready within 15 s`);
+  return tier;
+}
+
+/** A plain client for looking at what the tier wrote, the way an operator would. */
+export function rawClient(url: string): Redis {
+  return new Redis(url, { maxRetriesPerRequest: 1 });
+}
+
+/** Polls `condition` until true; fails after `timeoutMs` (generous: reconnects take time). */
+export async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs = 20_000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeoutMs} ms`);
+    await sleep(25);
+  }
+}
+
+/** A logger that remembers what it was told. */
+export function recordingLogger(): { lines: Array<{ level: string; obj: object; msg?: string }>; warn: L; info: L; error: L } {
+  const lines: Array<{ level: string; obj: object; msg?: string }> = [];
+  const at = (level: string): L => (obj, msg) => void lines.push({ level, obj, msg });
+  return { lines, warn: at('warn'), info: at('info'), error: at('error') };
+}
+type L = (obj: object, msg?: string) => void;
