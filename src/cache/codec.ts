@@ -37,6 +37,8 @@ export type { Keyring } from './keyring.js';
 export const FORMAT_VERSION = 1;
 export const BROTLI_QUALITY = 5;
 export const MIN_COMPRESS_BYTES = 1024;
+/** A decoded body is never larger: a planted "decompression bomb" fails (→ a miss) instead. */
+export const MAX_DECODED_BODY_BYTES = 64 * 1024 * 1024;
 
 const FLAG_BROTLI = 0b01;
 /** The payload is sealed (keyring.ts); a value's sealing must match the reader's keyring. */
@@ -82,7 +84,8 @@ export async function decodeEntry(stored: Buffer, keyring?: Keyring): Promise<Ca
     const meta = parseMeta(plain.subarray(META_LENGTH_BYTES, META_LENGTH_BYTES + metaLength));
     if (!meta) return undefined;
     const rawBody = plain.subarray(META_LENGTH_BYTES + metaLength);
-    const body = flags & FLAG_BROTLI ? await brotliDecompress(rawBody) : Buffer.from(rawBody);
+    const body =
+      flags & FLAG_BROTLI ? await brotliDecompress(rawBody, { maxOutputLength: MAX_DECODED_BODY_BYTES }) : Buffer.from(rawBody);
     return { ...meta, body };
   } catch {
     return undefined;

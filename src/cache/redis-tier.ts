@@ -63,7 +63,7 @@ export class RedisTier extends RedisShared implements CacheTier {
   readonly name = 'redis' as const;
   readonly #keyring: Keyring | undefined;
   readonly #maxEntryBytes: number;
-  /** Writes not yet acknowledged, per key: `unlock` waits for them (see RedisShared.unlock). */
+  /** Writes not yet acknowledged, per key: `unlock` waits for them (see `unlock`). */
   readonly #pendingWrites = new Map<string, Promise<void>>();
   #hits = 0;
   #misses = 0;
@@ -113,6 +113,8 @@ export class RedisTier extends RedisShared implements CacheTier {
    * Deletes every entry in the tag's set, then the set, then tells the other replicas. Not
    * atomic across slots (a cluster cannot be), so an entry written for the tag in that instant
    * survives; the fill that wrote it ran before the change it now misses, as any cache race.
+   * Memberships are not removed when an entry is rewritten with other tags (that would cost a
+   * read and a decode per write), so a tag may also drop such an entry: one extra miss.
    */
   async invalidateTag(tag: string): Promise<number> {
     const tagKey = this.tagKey(tag);

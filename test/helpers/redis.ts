@@ -23,9 +23,19 @@ const READY_TIMEOUT_MS = 15_000;
 const running = new Set<ChildProcess>();
 const logs = new WeakMap<ChildProcess, string[]>();
 
-process.once('exit', () => {
+function killAll(): void {
   for (const child of running) child.kill('SIGKILL');
-});
+}
+
+process.once('exit', killAll);
+// A signal ends the process without 'exit': clean up, then let the signal do what it would
+// have done (re-raised only if nobody else handles it, so we change no one's behaviour).
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.once(signal, () => {
+    killAll();
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  });
+}
 
 export async function findFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {
