@@ -90,6 +90,16 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   const routes = new RouteMemo(10_000);
   const honorNoCache = config.cache.honorClientNoCache;
   const onOutcome = deps.onOutcome;
+  const logEachRequest = deps.logger.isLevelEnabled('debug');
+
+  /** Every cacheable request ends here once: the metric, and at debug level one log line. */
+  function record(request: FastifyRequest, outcome: CacheOutcome, operation: string, caller: Caller): void {
+    onOutcome?.(outcome, operation);
+    if (logEachRequest) {
+      // The caller is named by user id only; the credential never reaches a log line.
+      request.log.debug({ method: request.method, url: request.url, operation, user: caller.userId, outcome }, 'request');
+    }
+  }
 
   async function invalidateForWrite(url: string): Promise<void> {
     const tags = policy.tagsForWrite(url.split('?', 1)[0]!);
@@ -177,7 +187,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     if (!noCache) {
       const entry = deps.cache.peek(key);
       if (entry !== undefined && isFresh(entry, t)) {
-        onOutcome?.(HIT_MEMORY, op.id);
+        record(request, HIT_MEMORY, op.id, caller);
         return sendEntry(request, reply, entry, HIT_MEMORY, t);
       }
     }
@@ -185,7 +195,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     // upstream under their own token (coalesced only with their own), and a 200 verifies them.
     const storeKey = op.adminOnly ? makeKey(ADMIN_SCOPE, info.suffix) : key;
     const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache });
-    onOutcome?.(served.outcome, op.id);
+    record(request, served.outcome, op.id, caller);
     return sendServed(request, reply, served);
   }
 

@@ -80,7 +80,11 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     cache,
     close: async () => {
       (management as unknown as { startDraining(): void }).startDraining();
+      // Keep-alive connections that finish their last response after close() began stay open
+      // until their keep-alive timeout; close them as they go idle, and all of them at the deadline.
+      const sweeper = setInterval(() => app.server.closeIdleConnections(), 50);
       await withDeadline(app.close(), config.server.shutdownGraceMs, () => app.server.closeAllConnections());
+      clearInterval(sweeper);
       await management.close();
       await cache.close();
     },
