@@ -70,6 +70,11 @@ export class TieredCache {
     return this.redis ? this.redis.set(key, entry) : Promise.resolve();
   }
 
+  /** Keeps an entry another replica stored in Redis in this replica's memory too (no Redis write). */
+  promote(key: string, entry: CacheEntry): void {
+    this.memory.store(key, entry);
+  }
+
   /** Drops `key` here, in Redis and on every other replica. */
   async delete(key: string): Promise<void> {
     this.memory.drop(key);

@@ -59,6 +59,8 @@ export interface ReadCache {
   peek(key: string): CacheEntry | undefined;
   get(key: string): Promise<{ entry: CacheEntry; tier: TierName } | undefined>;
   set(key: string, entry: CacheEntry): void;
+  /** Keeps in memory an entry that already is in the shared tier. */
+  promote(key: string, entry: CacheEntry): void;
 }
 
 /** Cross-replica fill lock (the Redis tier): one replica fills, the others wait for its result. */
@@ -204,7 +206,7 @@ export class ReadThrough {
     if (token === undefined) {
       const filled = await lock.waitFor(r.key, this.o.lockWaitMs);
       if (filled !== undefined) {
-        this.o.cache.set(r.key, filled);
+        this.o.cache.promote(r.key, filled);
         return { kind: 'entry', entry: filled, stored: true };
       }
       return this.fetchAndStore(r);
