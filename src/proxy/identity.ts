@@ -13,7 +13,7 @@
  */
 import type { Coalescer } from '../cache/coalesce.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
-import type { Upstream, UpstreamResponse } from '../upstream/client.js';
+import { UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 
 export interface Caller {
   readonly userId: number;
@@ -115,8 +115,10 @@ export class IdentityResolver {
         return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId) };
       }
     }
+    // An instance that fails is not a verdict on the credential: the caller may get stale answers.
+    if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);
     if (res.status === 401) this.forget(authorization);
-    // 401, 403, or anything unexpected from GET /user: the caller sees the instance's own answer.
+    // 401, 403, 429, or anything unexpected from GET /user: the caller sees the instance's own answer.
     return { kind: 'refused', response: res };
   }
 

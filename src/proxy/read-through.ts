@@ -97,6 +97,12 @@ export interface ReadRequest {
   readonly noCache: boolean;
 }
 
+/** An entry held for the key, fresh or not, and the tier it came from. */
+interface StaleCandidate {
+  readonly entry: CacheEntry;
+  readonly tier: TierName;
+}
+
 /** Headers of a relayed upstream error worth keeping; Set-Cookie and hop-by-hop never are. */
 const RELAYED_HEADERS = ['content-type', 'www-authenticate', 'retry-after', 'cache-control'] as const;
 
@@ -107,7 +113,7 @@ export class ReadThrough {
 
   async serve(r: ReadRequest): Promise<Served> {
     const now = this.o.now();
-    let stale: { entry: CacheEntry; tier: TierName } | undefined;
+    let stale: StaleCandidate | undefined;
     if (r.mayRead) {
       const mem = this.o.cache.peek(r.key);
       stale = mem !== undefined ? { entry: mem, tier: 'memory' } : await this.o.cache.get(r.key);
@@ -121,8 +127,8 @@ export class ReadThrough {
       }
     }
     const blockedMs = (this.retryAfterUntil.get(r.caller.userId) ?? 0) - now;
-    if (blockedMs > 0) return this.whileRateLimited(stale?.entry, now, blockedMs);
-    return this.fillAndServe(r, stale?.entry, now);
+    if (blockedMs > 0) return this.whileRateLimited(stale, now, blockedMs);
+    return this.fillAndServe(r, stale, now);
   }
 
   /** Upstream is failing and the caller's identity could not be re-verified: serve stale or fail. */
@@ -134,7 +140,7 @@ export class ReadThrough {
     return upstreamFailure(err);
   }
 
-  private async fillAndServe(r: ReadRequest, stale: CacheEntry | undefined, now: number): Promise<Served> {
+  private async fillAndServe(r: ReadRequest, stale: StaleCandidate | undefined, now: number): Promise<Served> {
     const { promise, leader } = this.o.coalescer.run(r.fillKey, () => this.fill(r));
     let result: FillResult;
     try {
@@ -145,8 +151,8 @@ export class ReadThrough {
       }
     } catch (err) {
       const failure = err instanceof UpstreamError ? err : new UpstreamError('reset', String(err), { cause: err });
-      if (stale !== undefined && isUsableOnError(stale, now)) {
-        return { kind: 'entry', entry: stale, outcome: { kind: 'stale', tier: 'memory', detail: 'stale-if-error' } };
+      if (stale !== undefined && isUsableOnError(stale.entry, now)) {
+        return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'stale-if-error' } };
       }
       return upstreamFailure(failure);
     }
@@ -159,19 +165,19 @@ export class ReadThrough {
     return this.afterRefusal(r, result.response, stale, now, missKind);
   }
 
-  private afterRefusal(r: ReadRequest, res: UpstreamResponse, stale: CacheEntry | undefined, now: number, kind: OutcomeKind): Served {
+  private afterRefusal(r: ReadRequest, res: UpstreamResponse, candidate: StaleCandidate | undefined, now: number, kind: OutcomeKind): Served {
     const status = res.status;
-    const staleUsable = stale !== undefined && isUsableOnError(stale, now);
+    const stale = candidate !== undefined && isUsableOnError(candidate.entry, now) ? candidate : undefined;
     if (status === 429) {
       const waitMs = parseRetryAfterMs(res.headers['retry-after'], now, this.o.defaultRetryAfterMs);
       this.retryAfterUntil.set(r.caller.userId, now + waitMs);
-      if (staleUsable) return { kind: 'entry', entry: stale, outcome: { kind: 'stale', detail: 'rate-limited', upstreamStatus: 429 } };
+      if (stale) return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'rate-limited', upstreamStatus: 429 } };
       const headers: Record<string, string> =
         res.headers['retry-after'] === undefined ? { 'retry-after': String(Math.ceil(waitMs / 1000)) } : {};
       return { kind: 'relay', response: withHeaders(res, headers), outcome: { kind, upstreamStatus: 429 } };
     }
     if (status >= 500) {
-      if (staleUsable) return { kind: 'entry', entry: stale, outcome: { kind: 'stale', detail: 'stale-if-error', upstreamStatus: status } };
+      if (stale) return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'stale-if-error', upstreamStatus: status } };
       return upstreamFailure(new UpstreamError('reset', `the upstream answered ${status}`), status);
     }
     if (status === 401) this.o.identity.forget(r.authorization);
@@ -179,9 +185,9 @@ export class ReadThrough {
     return { kind: 'relay', response: res, outcome: { kind, upstreamStatus: status } };
   }
 
-  private whileRateLimited(stale: CacheEntry | undefined, now: number, blockedMs: number): Served {
-    if (stale !== undefined && isUsableOnError(stale, now)) {
-      return { kind: 'entry', entry: stale, outcome: { kind: 'stale', detail: 'rate-limited' } };
+  private whileRateLimited(stale: StaleCandidate | undefined, now: number, blockedMs: number): Served {
+    if (stale !== undefined && isUsableOnError(stale.entry, now)) {
+      return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'rate-limited' } };
     }
     const seconds = Math.ceil(blockedMs / 1000);
     return {

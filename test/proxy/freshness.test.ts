@@ -114,6 +114,29 @@ describe('when the instance fails', () => {
     await emulator.clearFaults();
   });
 
+  it('still serves a known caller stale answers when their identity has lapsed and the instance fails', async () => {
+    const short = await startTestProxy(
+      emulator.url,
+      { identity: { ttlMs: 60_000 }, cache: { staleIfErrorMs: 3_600_000, freshness: { default: { ttlMs: TTL_MS, staleWhileRevalidateMs: SWR_MS } } } },
+      now,
+    );
+    try {
+      const { token } = emulator.tokens.member(0);
+      const path = freshPath();
+      const good = await short.get(path, token);
+      clock += 120_000; // past the identity TTL and the stale-while-revalidate window
+      await emulator.faults({ error_rate: 1, error_status: 500 });
+      const res = await short.get(path, token);
+      expect(res.status).toBe(200);
+      expect(res.body.equals(good.body)).toBe(true);
+      expect(res.headers['cache-status']).toMatch(/detail=stale-if-error/);
+      // An unknown token gets no such favour.
+      expect((await short.get(path, 'tmc_unknown')).status).toBe(502);
+    } finally {
+      await short.close();
+    }
+  });
+
   it('honours a 429 Retry-After for that caller: no new upstream request until it passes', async () => {
     const { token } = emulator.tokens.member(2);
     await proxy.get('/api/v1/user', token);

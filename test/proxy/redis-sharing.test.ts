@@ -171,7 +171,7 @@ describe('when Redis fails', () => {
     expect(ready.status).toBe(200);
     expect(await ready.json()).toMatchObject({ status: 'degraded', checks: { redis: { status: 'degraded' } } });
     await redis.restart();
-    await until(async () => (await (await fetch(`${a.managementUrl}/readyz`)).json()).status === 'ok');
+    await until(async () => (await (await fetch(`${a.managementUrl}/readyz`)).json() as { status: string }).status === 'ok');
     stop = true;
     await load;
     expect(failures).toEqual([]);
