@@ -9,6 +9,7 @@
  */
 import { Pool, errors as undiciErrors } from 'undici';
 import type { IncomingHttpHeaders } from 'node:http';
+import type { Config } from '../config/schema.js';
 
 export interface UpstreamResponse {
   readonly status: number;
@@ -30,15 +31,8 @@ export class UpstreamError extends Error {
   }
 }
 
-export interface UpstreamOptions {
-  readonly url: string;
-  readonly connectTimeoutMs: number;
-  readonly headersTimeoutMs: number;
-  readonly bodyTimeoutMs: number;
-  readonly connections: number;
-  readonly maxConcurrent: number;
-  readonly maxQueue: number;
-}
+/** The `upstream` section of the config, less what the read-through itself handles (Retry-After). */
+export type UpstreamOptions = Omit<Config['upstream'], 'defaultRetryAfterMs'>;
 
 /** What the read-through needs from upstream; tests may substitute it, production uses UpstreamClient. */
 export interface Upstream {

@@ -1,31 +1,19 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
-import { httpGet, startTestProxy, type TestProxy } from '../helpers/proxy.js';
+import { describe, expect, it } from 'vitest';
+import { httpGet } from '../helpers/proxy.js';
+import { proxyOverEmulator } from '../helpers/setup.js';
 
-let emulator: TestEmulator;
-let proxy: TestProxy;
 let clock = Date.now();
 const now = () => clock;
 
-beforeAll(async () => {
-  emulator = await startTestEmulator();
-  proxy = await startTestProxy(emulator.url, { identity: { ttlMs: 60_000 }, access: { ttlMs: 300_000 } }, now);
-});
-afterAll(async () => {
-  await proxy?.close();
-  await emulator?.close();
-});
-beforeEach(async () => {
-  await emulator.resetStats();
-});
+const env = proxyOverEmulator({ identity: { ttlMs: 60_000 }, access: { ttlMs: 300_000 } }, now);
 
 describe('callers never receive each other’s data', () => {
   it('gives each member exactly what the instance gives them, for the same URL', async () => {
-    const members = [emulator.tokens.member(0), emulator.tokens.member(1), emulator.tokens.member(2), emulator.tokens.noAccess()];
+    const members = [env.emulator.tokens.member(0), env.emulator.tokens.member(1), env.emulator.tokens.member(2), env.emulator.tokens.noAccess()];
     for (let round = 0; round < 2; round++) {
       for (const m of members) {
-        const viaProxy = await proxy.get('/api/v1/projects?per_page=100', m.token);
-        const direct = await httpGet(`${emulator.url}/api/v1/projects?per_page=100`, m.token);
+        const viaProxy = await env.proxy.get('/api/v1/projects?per_page=100', m.token);
+        const direct = await httpGet(`${env.emulator.url}/api/v1/projects?per_page=100`, m.token);
         expect(viaProxy.body.equals(direct.body)).toBe(true);
         expect(viaProxy.json().result.map((p: { id: number }) => p.id).sort()).toEqual([...m.project_ids].sort());
       }
@@ -33,58 +21,58 @@ describe('callers never receive each other’s data', () => {
   });
 
   it('relays the instance 403/404 byte for byte to a member without access, even when another member has it cached', async () => {
-    const owner = emulator.tokens.member(0);
-    const outsider = emulator.tokens.noAccess();
+    const owner = env.emulator.tokens.member(0);
+    const outsider = env.emulator.tokens.noAccess();
     const project = owner.project_ids[0]!;
     for (const path of [`/api/v1/projects/${project}/runs`, `/api/v1/projects/${project}/milestones`, `/api/v1/projects/${project}`]) {
-      expect((await proxy.get(path, owner.token)).status).toBe(200);
-      const denied = await proxy.get(path, outsider.token);
-      const direct = await httpGet(emulator.url + path, outsider.token);
+      expect((await env.proxy.get(path, owner.token)).status).toBe(200);
+      const denied = await env.proxy.get(path, outsider.token);
+      const direct = await httpGet(env.emulator.url + path, outsider.token);
       expect([403, 404]).toContain(direct.status);
       expect(denied.status).toBe(direct.status);
       expect(denied.body.equals(direct.body)).toBe(true);
       expect(denied.headers['content-type']).toBe(direct.headers['content-type']);
       // Never stored: asking again goes upstream again.
-      await proxy.get(path, outsider.token);
+      await env.proxy.get(path, outsider.token);
     }
-    const stats = await emulator.stats();
+    const stats = await env.emulator.stats();
     expect(stats.by_token[outsider.token]).toBeGreaterThanOrEqual(6);
   });
 
   it('shares admin-only answers among verified admins only; a member gets the instance 403 every time', async () => {
-    const admin = emulator.tokens.admin();
-    const member = emulator.tokens.member(0);
-    const first = await proxy.get('/api/v1/roles', admin.token);
+    const admin = env.emulator.tokens.admin();
+    const member = env.emulator.tokens.member(0);
+    const first = await env.proxy.get('/api/v1/roles', admin.token);
     expect(first.status).toBe(200);
-    expect((await proxy.get('/api/v1/roles', admin.token)).headers['cache-status']).toMatch(/hit/);
+    expect((await env.proxy.get('/api/v1/roles', admin.token)).headers['cache-status']).toMatch(/hit/);
     for (let i = 0; i < 2; i++) {
-      const denied = await proxy.get('/api/v1/roles', member.token);
-      const direct = await httpGet(`${emulator.url}/api/v1/roles`, member.token);
+      const denied = await env.proxy.get('/api/v1/roles', member.token);
+      const direct = await httpGet(`${env.emulator.url}/api/v1/roles`, member.token);
       expect(denied.status).toBe(403);
       expect(denied.body.equals(direct.body)).toBe(true);
     }
-    const routes = (await emulator.stats()).by_route;
+    const routes = (await env.emulator.stats()).by_route;
     expect(routes['GET /api/v1/roles']).toBe(1 + 2 + 2); // admin's fill, member's two via proxy, two direct
   });
 
   it('refuses a token revoked upstream once the identity TTL has passed, with the instance 401', async () => {
-    const member = emulator.tokens.member(2);
+    const member = env.emulator.tokens.member(2);
     const path = `/api/v1/projects/${member.project_ids[0]}/runs`;
-    expect((await proxy.get(path, member.token)).status).toBe(200);
-    await emulator.mutate({ op: 'revoke_token', token: member.token });
+    expect((await env.proxy.get(path, member.token)).status).toBe(200);
+    await env.emulator.mutate({ op: 'revoke_token', token: member.token });
     clock += 61_000;
-    const res = await proxy.get(path, member.token);
+    const res = await env.proxy.get(path, member.token);
     expect(res.status).toBe(401);
-    const direct = await httpGet(`${emulator.url}/api/v1/user`, member.token);
+    const direct = await httpGet(`${env.emulator.url}/api/v1/user`, member.token);
     expect(res.body.equals(direct.body)).toBe(true);
   });
 
   it('forwards a request without Authorization untouched and never caches it', async () => {
     for (let i = 0; i < 2; i++) {
-      const res = await proxy.get('/api/v1/projects');
+      const res = await env.proxy.get('/api/v1/projects');
       expect(res.status).toBe(401);
       expect(res.headers['cache-status']).toBeUndefined();
     }
-    expect((await emulator.stats()).by_route['GET /api/v1/projects']).toBe(2);
+    expect((await env.emulator.stats()).by_route['GET /api/v1/projects']).toBe(2);
   });
 });

@@ -1,28 +1,16 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { OPERATIONS, makePath } from '../../src/api/catalogue.js';
-import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
-import { httpGet, startTestProxy, type TestProxy } from '../helpers/proxy.js';
+import { httpGet } from '../helpers/proxy.js';
+import { proxyOverEmulator } from '../helpers/setup.js';
 
-let emulator: TestEmulator;
-let proxy: TestProxy;
 
-beforeAll(async () => {
-  emulator = await startTestEmulator();
-  proxy = await startTestProxy(emulator.url);
-});
-afterAll(async () => {
-  await proxy?.close();
-  await emulator?.close();
-});
-beforeEach(async () => {
-  await emulator.resetStats();
-});
+const env = proxyOverEmulator();
 
 /** One id of each kind the admin can reach, found through the API itself. */
 async function sampleIds(): Promise<Record<string, number>> {
-  const admin = emulator.tokens.admin().token;
-  const first = async (path: string) => (await httpGet(emulator.url + path, admin)).json().result[0].id as number;
-  const project_id = emulator.tokens.admin().project_ids[0] ?? (await first('/api/v1/projects'));
+  const admin = env.emulator.tokens.admin().token;
+  const first = async (path: string) => (await httpGet(env.emulator.url + path, admin)).json().result[0].id as number;
+  const project_id = env.emulator.tokens.admin().project_ids[0] ?? (await first('/api/v1/projects'));
   const run_id = await first(`/api/v1/projects/${project_id}/runs`);
   return {
     project_id,
@@ -39,13 +27,13 @@ async function sampleIds(): Promise<Record<string, number>> {
 describe('every catalogued operation through the proxy', () => {
   it('answers byte for byte what the emulator answers, cold and then warm from memory', async () => {
     const ids = await sampleIds();
-    const token = emulator.tokens.admin().token;
+    const token = env.emulator.tokens.admin().token;
     for (const op of OPERATIONS) {
       const path = makePath(op, ids);
-      const direct = await httpGet(emulator.url + path, token);
+      const direct = await httpGet(env.emulator.url + path, token);
       expect(direct.status, path).toBe(200);
-      const cold = await proxy.get(path, token);
-      const warm = await proxy.get(path, token);
+      const cold = await env.proxy.get(path, token);
+      const warm = await env.proxy.get(path, token);
       expect(cold.status, path).toBe(200);
       expect(cold.body.equals(direct.body), path).toBe(true);
       expect(warm.body.equals(direct.body), path).toBe(true);
@@ -58,7 +46,7 @@ describe('every catalogued operation through the proxy', () => {
 
 describe('normalization', () => {
   it('sends equal questions spelled differently upstream once', async () => {
-    const { token, project_ids } = emulator.tokens.member(0);
+    const { token, project_ids } = env.emulator.tokens.member(0);
     const base = `/api/v1/projects/${project_ids[0]}/runs`;
     const spellings = [
       '?expands=users,milestones&is_closed=true&per_page=15',
@@ -67,35 +55,35 @@ describe('normalization', () => {
       '?is_closed=true&sort=runs:created_at&expands=milestones,users&per_page=15',
     ];
     const bodies: Buffer[] = [];
-    for (const s of spellings) bodies.push((await proxy.get(base + s, token)).body);
+    for (const s of spellings) bodies.push((await env.proxy.get(base + s, token)).body);
     expect(bodies.every((b) => b.equals(bodies[0]!))).toBe(true);
-    const stats = await emulator.stats();
+    const stats = await env.emulator.stats();
     expect(stats.by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
   });
 
   it('rejects an invalid parameter locally, after authenticating the caller, without asking upstream for it', async () => {
-    const { token, project_ids } = emulator.tokens.member(0);
-    await proxy.get('/api/v1/user', token); // caller now known
-    await emulator.resetStats();
+    const { token, project_ids } = env.emulator.tokens.member(0);
+    await env.proxy.get('/api/v1/user', token); // caller now known
+    await env.emulator.resetStats();
     for (const [query, status, param] of [
       ['per_page=17', 422, 'per_page'],
       ['order=sideways', 422, 'order'],
       ['expands=groups', 422, 'expands'],
       ['created_after=soon', 400, 'created_after'],
     ] as const) {
-      const res = await proxy.get(`/api/v1/projects/${project_ids[0]}/runs?${query}`, token);
+      const res = await env.proxy.get(`/api/v1/projects/${project_ids[0]}/runs?${query}`, token);
       expect(res.status).toBe(status);
       expect(Object.keys(res.json().errors)).toEqual([param]);
     }
-    const bad = await proxy.get('/api/v1/runs/abc', token);
+    const bad = await env.proxy.get('/api/v1/runs/abc', token);
     expect(bad.status).toBe(400);
     expect(bad.json().errors).toHaveProperty('run_id');
-    expect((await emulator.stats()).total).toBe(0);
+    expect((await env.emulator.stats()).total).toBe(0);
   });
 
   it('answers an invalid request from an unknown token with the instance 401, not a 422', async () => {
-    const res = await proxy.get('/api/v1/projects/1/runs?per_page=17', 'not-a-token');
-    const direct = await httpGet(`${emulator.url}/api/v1/user`, 'not-a-token');
+    const res = await env.proxy.get('/api/v1/projects/1/runs?per_page=17', 'not-a-token');
+    const direct = await httpGet(`${env.emulator.url}/api/v1/user`, 'not-a-token');
     expect(res.status).toBe(401);
     expect(res.body.equals(direct.body)).toBe(true);
   });
@@ -103,22 +91,22 @@ describe('normalization', () => {
 
 describe('conditional requests and HEAD', () => {
   it('answers a matching If-None-Match with 304 and no body', async () => {
-    const { token } = emulator.tokens.member(0);
-    const first = await proxy.get('/api/v1/projects', token);
+    const { token } = env.emulator.tokens.member(0);
+    const first = await env.proxy.get('/api/v1/projects', token);
     const etag = first.headers['etag'] as string;
     expect(etag).toMatch(/^"[\w-]+"$/);
-    const again = await proxy.get('/api/v1/projects', token, { 'if-none-match': etag });
+    const again = await env.proxy.get('/api/v1/projects', token, { 'if-none-match': etag });
     expect(again.status).toBe(304);
     expect(again.body.length).toBe(0);
     expect(again.headers['etag']).toBe(etag);
-    const other = await proxy.get('/api/v1/projects', token, { 'if-none-match': '"something-else"' });
+    const other = await env.proxy.get('/api/v1/projects', token, { 'if-none-match': '"something-else"' });
     expect(other.status).toBe(200);
   });
 
   it('answers HEAD with the headers of GET and no body', async () => {
-    const { token } = emulator.tokens.member(0);
-    const get = await proxy.get('/api/v1/projects?per_page=25', token);
-    const head = await httpGet(`${proxy.url}/api/v1/projects?per_page=25`, token, {}, 'HEAD');
+    const { token } = env.emulator.tokens.member(0);
+    const get = await env.proxy.get('/api/v1/projects?per_page=25', token);
+    const head = await httpGet(`${env.proxy.url}/api/v1/projects?per_page=25`, token, {}, 'HEAD');
     expect(head.status).toBe(200);
     expect(head.body.length).toBe(0);
     expect(head.headers['etag']).toBe(get.headers['etag']);
@@ -126,29 +114,29 @@ describe('conditional requests and HEAD', () => {
   });
 
   it('revalidates on Cache-Control: no-cache, once for many concurrent clients', async () => {
-    const { token } = emulator.tokens.member(1);
-    await proxy.get('/api/v1/projects?per_page=50', token);
-    await emulator.resetStats();
+    const { token } = env.emulator.tokens.member(1);
+    await env.proxy.get('/api/v1/projects?per_page=50', token);
+    await env.emulator.resetStats();
     // A slow instance keeps the revalidation in flight while the 20 requests arrive.
-    await emulator.faults({ latency_ms: 300 });
+    await env.emulator.faults({ latency_ms: 300 });
     const all = await Promise.all(
-      Array.from({ length: 20 }, () => proxy.get('/api/v1/projects?per_page=50', token, { 'cache-control': 'no-cache' })),
+      Array.from({ length: 20 }, () => env.proxy.get('/api/v1/projects?per_page=50', token, { 'cache-control': 'no-cache' })),
     );
     expect(all.every((r) => r.status === 200)).toBe(true);
     expect(all[0]!.headers['cache-status']).toMatch(/fwd=request/);
-    expect((await emulator.stats()).by_route['GET /api/v1/projects']).toBe(1);
-    await emulator.clearFaults();
+    expect((await env.emulator.stats()).by_route['GET /api/v1/projects']).toBe(1);
+    await env.emulator.clearFaults();
   });
 });
 
 describe('coalescing', () => {
   it('makes one upstream request for 1,000 concurrent identical cold requests, and answers them all', async () => {
-    const { token, project_ids } = emulator.tokens.member(0);
+    const { token, project_ids } = env.emulator.tokens.member(0);
     const path = `/api/v1/projects/${project_ids[0]}/runs?per_page=50&expands=users`;
-    const all = await Promise.all(Array.from({ length: 1_000 }, () => proxy.get(path, token)));
+    const all = await Promise.all(Array.from({ length: 1_000 }, () => env.proxy.get(path, token)));
     expect(all.every((r) => r.status === 200)).toBe(true);
     expect(new Set(all.map((r) => r.body.toString())).size).toBe(1);
-    const stats = await emulator.stats();
+    const stats = await env.emulator.stats();
     expect(stats.by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
     expect(all.filter((r) => /collapsed/.test(String(r.headers['cache-status']))).length).toBeGreaterThan(0);
   });

@@ -6,6 +6,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config/schema.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
+import { until } from '../helpers/wait.js';
 import { startTestProxy, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';
 
@@ -30,13 +31,6 @@ async function replica(extra: DeepPartial<Config['cache']['redis']> = {}): Promi
   return p;
 }
 
-async function until(cond: () => Promise<boolean> | boolean, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 beforeAll(async () => {
   emulator = await startTestEmulator();
