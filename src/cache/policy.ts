@@ -43,6 +43,9 @@ const ID_TAG: Readonly<Record<string, string>> = {
   group_id: 'group',
 };
 
+/** Bound of what the policy learns from answers; forgetting only costs a shorter TTL or a wider miss. */
+const MAX_REMEMBERED = 100_000;
+
 /** Collections whose lists are tagged by resource name (site-wide lists, not inside a project). */
 const COLLECTION_TAGS = new Set<ResourceName>(['project', 'user', 'role', 'group']);
 
@@ -107,6 +110,7 @@ export class FreshnessPolicy {
     const flag = SETTLED_FLAG[op.resource];
     const settled = flag !== undefined && result[flag] === true;
     if (op.resource === 'run' && typeof result['id'] === 'number') {
+      if (settled && this.closedRuns.size >= MAX_REMEMBERED) this.closedRuns.clear();
       if (settled) this.closedRuns.add(result['id']);
       else this.closedRuns.delete(result['id']);
     }
@@ -115,7 +119,7 @@ export class FreshnessPolicy {
 
   private rememberProject(tag: string, projectId: number): void {
     // Bounded: a long-running proxy sees many resources; forgetting one only costs a wider miss.
-    if (this.projectOf.size >= 100_000) this.projectOf.clear();
+    if (this.projectOf.size >= MAX_REMEMBERED) this.projectOf.clear();
     this.projectOf.set(tag, projectId);
   }
 }

@@ -126,8 +126,11 @@ export class ReadThrough {
         return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'stale-while-revalidate' } };
       }
     }
-    const blockedMs = (this.retryAfterUntil.get(r.caller.userId) ?? 0) - now;
-    if (blockedMs > 0) return this.whileRateLimited(stale, now, blockedMs);
+    const blockedUntil = this.retryAfterUntil.get(r.caller.userId);
+    if (blockedUntil !== undefined) {
+      if (blockedUntil > now) return this.whileRateLimited(stale, now, blockedUntil - now);
+      this.retryAfterUntil.delete(r.caller.userId);
+    }
     return this.fillAndServe(r, stale, now);
   }
 

@@ -25,6 +25,8 @@ describe('passthrough', () => {
       const res = await env.proxy.get(path, token);
       expect(res.status).toBe(200);
       expect(res.headers['cache-status']).toBe('tm-cache; fwd=bypass; detail=unknown-param');
+      // The query string arrived as sent: the page has 15 items, as the instance answers it.
+      expect(res.json().per_page).toBe(15);
     }
     expect((await env.emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs']).toBe(2);
   });

@@ -1,0 +1,96 @@
+import { describe, expect, it } from 'vitest';
+import { getOperation, type OperationId } from '../../src/api/catalogue.js';
+import { normalizeRequest } from '../../src/api/normalize.js';
+import { FreshnessPolicy } from '../../src/cache/policy.js';
+import { ADMIN_SCOPE, hmacCredential, makeKey, makeKeySuffix, userScope } from '../../src/cache/key.js';
+import { DEFAULT_CONFIG } from '../../src/config/schema.js';
+
+const SHORT = DEFAULT_CONFIG.cache.freshness.default.ttlMs;
+const LONG = DEFAULT_CONFIG.cache.freshness.settled.ttlMs;
+
+function policy(byResource = {}): FreshnessPolicy {
+  return new FreshnessPolicy({ ...DEFAULT_CONFIG.cache.freshness, byResource }, DEFAULT_CONFIG.cache.staleIfErrorMs);
+}
+
+function decide(p: FreshnessPolicy, op: OperationId, ids: Record<string, number>, body: unknown) {
+  return p.decide(normalizeRequest(getOperation(op), ids, ''), Buffer.from(JSON.stringify(body)));
+}
+
+describe('freshness by resource state', () => {
+  it.each<[string, OperationId, Record<string, number>, unknown, number]>([
+    ['a closed run', 'getRun', { run_id: 7 }, { result: { id: 7, project_id: 2, is_closed: true }, expands: {} }, LONG],
+    ['an active run', 'getRun', { run_id: 8 }, { result: { id: 8, project_id: 2, is_closed: false }, expands: {} }, SHORT],
+    ['a closed session', 'getSession', { session_id: 3 }, { result: { id: 3, project_id: 2, is_closed: true }, expands: {} }, LONG],
+    ['a completed milestone', 'getMilestone', { milestone_id: 3 }, { result: { id: 3, project_id: 1, is_completed: true }, expands: {} }, LONG],
+    ['a completed project', 'getProject', { project_id: 3 }, { result: { id: 3, is_completed: true }, expands: {} }, LONG],
+    ['an active project', 'getProject', { project_id: 4 }, { result: { id: 4, is_completed: false }, expands: {} }, SHORT],
+    ['a retired source', 'getAutomationSource', { automation_source_id: 5 }, { result: { id: 5, project_id: 1, is_retired: true }, expands: {} }, LONG],
+    ['a list of runs', 'listRuns', { project_id: 1 }, { result: [{ id: 1, is_closed: true }] }, SHORT],
+    ['a body that is not JSON', 'getRun', { run_id: 9 }, 'not json', SHORT],
+  ])('%s lives %i ms', (_name, op, ids, body, ttlMs) => {
+    expect(decide(policy(), op, ids, body).ttlMs).toBe(ttlMs);
+  });
+
+  it('treats the results of a run seen closed as settled, and of a run seen active as changing', () => {
+    const p = policy();
+    expect(decide(p, 'listRunResults', { run_id: 7 }, { result: [] }).ttlMs).toBe(SHORT);
+    decide(p, 'getRun', { run_id: 7 }, { result: { id: 7, project_id: 2, is_closed: true } });
+    expect(decide(p, 'listRunResults', { run_id: 7 }, { result: [] }).ttlMs).toBe(LONG);
+    decide(p, 'getRun', { run_id: 7 }, { result: { id: 7, project_id: 2, is_closed: false } });
+    expect(decide(p, 'listRunResults', { run_id: 7 }, { result: [] }).ttlMs).toBe(SHORT);
+  });
+
+  it('applies a per-resource override to changing answers only', () => {
+    const p = policy({ role: { ttlMs: 5_000, staleWhileRevalidateMs: 1_000 } });
+    expect(decide(p, 'listRoles', {}, { result: [] })).toMatchObject({ ttlMs: 5_000, staleWhileRevalidateMs: 1_000 });
+    expect(decide(p, 'listGroups', {}, { result: [] }).ttlMs).toBe(SHORT);
+  });
+});
+
+describe('invalidation tags', () => {
+  it.each<[OperationId, Record<string, number>, unknown, string[]]>([
+    ['listRuns', { project_id: 4 }, { result: [] }, ['project:4']],
+    ['getRun', { run_id: 7 }, { result: { id: 7, project_id: 4 } }, ['run:7', 'project:4']],
+    ['listRunResults', { run_id: 7 }, { result: [] }, ['run:7']],
+    ['listProjects', {}, { result: [] }, ['project']],
+    ['getProject', { project_id: 4 }, { result: { id: 4 } }, ['project:4']],
+    ['listUsers', {}, { result: [] }, ['user']],
+    ['getGroup', { group_id: 2 }, { result: { id: 2 } }, ['group:2']],
+  ])('%s %j is tagged %j', (op, ids, body, tags) => {
+    expect(decide(policy(), op, ids, body).tags).toEqual(tags);
+  });
+
+  it.each([
+    ['/api/v1/projects/4/runs', ['project', 'project:4']],
+    ['/api/v1/projects', ['project']],
+    ['/api/v1/users/9', ['user', 'user:9']],
+    ['/api/v1/automation/sources/3', ['automation_source:3']],
+    ['/api/v1/unknown/3', []],
+  ])('a write to %s drops %j', (path, tags) => {
+    expect(policy().tagsForWrite(path)).toEqual(tags);
+  });
+
+  it('also drops the project of a run it has seen, on a write to that run', () => {
+    const p = policy();
+    decide(p, 'getRun', { run_id: 7 }, { result: { id: 7, project_id: 4 } });
+    expect(p.tagsForWrite('/api/v1/runs/7')).toEqual(['run:7', 'project:4']);
+  });
+});
+
+describe('keys', () => {
+  const suffix = makeKeySuffix(normalizeRequest(getOperation('listRuns'), { project_id: 1 }, 'page=2'));
+
+  it('put the scope first so callers and access levels never share an entry', () => {
+    const keys = [makeKey(userScope(1), suffix), makeKey(userScope(2), suffix), makeKey(ADMIN_SCOPE, suffix)];
+    expect(new Set(keys).size).toBe(3);
+    expect(keys[0]).toBe('u:1|v1|listRuns|1|page=2');
+  });
+
+  it('never contain a credential: an HMAC stands for it', () => {
+    const secret = Buffer.alloc(32, 9);
+    const digest = hmacCredential(secret, 'Bearer tmc_secret_token');
+    expect(digest).not.toContain('tmc_secret_token');
+    expect(digest).toBe(hmacCredential(secret, 'Bearer tmc_secret_token'));
+    expect(digest).not.toBe(hmacCredential(Buffer.alloc(32, 8), 'Bearer tmc_secret_token'));
+  });
+});
