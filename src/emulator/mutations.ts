@@ -5,7 +5,7 @@
  */
 import { byId } from './dataset.js';
 import { ControlError, asObject, intField, requireInt, stringField } from './control-error.js';
-import { ADMIN_USER_ID } from './people.js';
+import { ADMIN_USER_ID, makeToken } from './people.js';
 import { milestoneObject, projectObject, resultJson, runObject, sessionObject } from './serialize.js';
 import type { EmulatorState } from './state.js';
 
@@ -109,6 +109,15 @@ const revokeToken: Mutation = (state, body) => {
   return { token, user_id: caller.userId, revoked: true };
 };
 
+/** A second (third, ...) token for a user: deterministic, derived from the seed and a counter. */
+const issueToken: Mutation = (state, body) => {
+  const user = mustFind(state.data.users, body, 'user_id');
+  const n = state.data.callers.filter((c) => c.userId === user.id).length;
+  const token = makeToken(state.data.seed, user.id, n);
+  state.addCaller({ token, userId: user.id, revoked: false });
+  return state.describeUser(user.id, token);
+};
+
 function changeAccess(grant: boolean): Mutation {
   return (state, body) => {
     const user = mustFind(state.data.users, body, 'user_id');
@@ -128,6 +137,7 @@ const MUTATIONS: Record<string, Mutation> = {
   add_result: addResult,
   rename_project: renameProject,
   revoke_token: revokeToken,
+  issue_token: issueToken,
   grant_project: changeAccess(true),
   revoke_project: changeAccess(false),
 };

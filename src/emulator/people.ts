@@ -30,9 +30,10 @@ export function fixedAccess(userId: number, projectCount: number): number[] | un
   }
 }
 
-/** Deterministic per seed, distinct per user, unguessable enough for a test double. */
-export function makeToken(seed: number, userId: number): string {
-  return 'tmc_' + createHash('sha256').update(`tm-cache-emulator:${seed}:${userId}`).digest('hex').slice(0, 40);
+/** Deterministic per seed, distinct per user (and per further token `n`), unguessable enough for a test double. */
+export function makeToken(seed: number, userId: number, n = 0): string {
+  const input = n === 0 ? `tm-cache-emulator:${seed}:${userId}` : `tm-cache-emulator:${seed}:${userId}:${n}`;
+  return 'tmc_' + createHash('sha256').update(input).digest('hex').slice(0, 40);
 }
 
 function setupTime(rng: Prng): number {

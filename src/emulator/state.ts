@@ -51,6 +51,12 @@ export class EmulatorState implements World {
     return caller && !caller.revoked ? caller : undefined;
   }
 
+  /** A further token for an existing user (users of the real product may hold several). */
+  addCaller(caller: Caller): void {
+    this.data.callers.push(caller);
+    this.byToken.set(caller.token, caller);
+  }
+
   findCaller(token: string): Caller | undefined {
     return this.byToken.get(token);
   }

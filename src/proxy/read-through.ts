@@ -61,6 +61,7 @@ export interface ReadCache {
   set(key: string, entry: CacheEntry): void;
   /** Keeps in memory an entry that already is in the shared tier. */
   promote(key: string, entry: CacheEntry): void;
+  delete(key: string): Promise<void>;
 }
 
 /** Cross-replica fill lock (the Redis tier): one replica fills, the others wait for its result. */
@@ -102,6 +103,9 @@ interface StaleCandidate {
   readonly entry: CacheEntry;
   readonly tier: TierName;
 }
+
+/** Answers that mean the caller may no longer see what is cached under the key. */
+const REFUSALS = new Set([401, 403, 404]);
 
 /** Headers of a relayed upstream error worth keeping; Set-Cookie and hop-by-hop never are. */
 const RELAYED_HEADERS = ['content-type', 'www-authenticate', 'retry-after', 'cache-control'] as const;
@@ -230,7 +234,12 @@ export class ReadThrough {
   private async fetchAndStore(r: ReadRequest): Promise<FillResult> {
     const path = makePath(r.req.op, r.req.ids) + (r.req.query === '' ? '' : `?${r.req.query}`);
     const res = await this.o.upstream.get(path, { authorization: r.authorization, accept: 'application/json' });
-    if (res.status !== 200) return { kind: 'relay', response: res, credentialId: r.caller.credentialId };
+    if (res.status !== 200) {
+      // The instance now refuses what we hold (token revoked, access withdrawn, resource gone):
+      // drop it everywhere rather than keep serving it stale.
+      if (REFUSALS.has(res.status) && r.mayRead) void this.o.cache.delete(r.key);
+      return { kind: 'relay', response: res, credentialId: r.caller.credentialId };
+    }
     if (r.req.op.adminOnly) this.o.identity.markAdmin(r.caller);
     const entry = this.makeEntry(r.req, res);
     const storable = entry.body.length <= this.o.maxEntryBytes;

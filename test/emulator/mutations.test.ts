@@ -86,6 +86,16 @@ describe('mutations', () => {
     expect(listed.map((t: any) => t.token)).not.toContain(m.token);
   });
 
+  it('issue_token gives a user a further, distinct token that works as the user', async () => {
+    const m = em.tokens.member(1);
+    const issued = await em.mutate({ op: 'issue_token', user_id: m.user_id });
+    expect(issued).toMatchObject({ user_id: m.user_id, project_ids: m.project_ids });
+    expect(issued.token).not.toBe(m.token);
+    const me = await get(api('/user'), issued.token);
+    expect(me.status).toBe(200);
+    expect(me.json().id).toBe(m.user_id);
+  });
+
   it.each([
     [{ op: 'explode' }, 400, 'op'],
     [{}, 400, 'op'],
@@ -96,6 +106,7 @@ describe('mutations', () => {
     [{ op: 'rename_project', project_id: 1, name: '' }, 400, 'name'],
     [{ op: 'grant_project', user_id: 2, project_id: 999 }, 404, 'project_id'],
     [{ op: 'revoke_token', token: 'nope' }, 404, 'token'],
+    [{ op: 'issue_token', user_id: 999 }, 404, 'user_id'],
   ])('rejects %j with %i naming %s', async (body, status, field) => {
     const a = await call(`${em.url}/__emulator/mutations`, { method: 'POST', body: JSON.stringify(body) });
     expect(a.status).toBe(status);

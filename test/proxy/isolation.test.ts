@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { httpGet } from '../helpers/proxy.js';
 import { proxyOverEmulator } from '../helpers/setup.js';
+import { until } from '../helpers/wait.js';
+import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 
 let clock = Date.now();
 const now = () => clock;
@@ -65,6 +67,39 @@ describe('callers never receive each other’s data', () => {
     expect(res.status).toBe(401);
     const direct = await httpGet(`${env.emulator.url}/api/v1/user`, member.token);
     expect(res.body.equals(direct.body)).toBe(true);
+  });
+
+  it('shares one user’s entries between that user’s tokens', async () => {
+    const m = env.emulator.tokens.member(1);
+    const second = (await env.emulator.mutate({ op: 'issue_token', user_id: m.user_id })) as { token: string };
+    const path = `/api/v1/projects/${m.project_ids[0]}/sessions?per_page=15`;
+    const first = await env.proxy.get(path, m.token);
+    const other = await env.proxy.get(path, second.token);
+    expect(other.headers['cache-status']).toMatch(/^tm-cache; hit/);
+    expect(other.body.equals(first.body)).toBe(true);
+    expect((await env.emulator.stats()).by_route['GET /api/v1/projects/{project_id}/sessions']).toBe(1);
+  });
+
+  it('stops serving a project’s entries once access to it is revoked upstream and they expire', async () => {
+    const m = env.emulator.tokens.member(0);
+    const project = m.project_ids[0]!;
+    const path = `/api/v1/projects/${project}/runs?per_page=15&order=asc`;
+    expect((await env.proxy.get(path, m.token)).status).toBe(200);
+    await env.emulator.mutate({ op: 'revoke_project', user_id: m.user_id, project_id: project });
+    try {
+      clock += DEFAULT_CONFIG.cache.freshness.default.ttlMs + 1;
+      // The first request after freshness is served stale while the refresh learns of the
+      // revocation; that refresh drops the entry, so the next request sees the instance's answer.
+      expect((await env.proxy.get(path, m.token)).headers['cache-status']).toMatch(/stale-while-revalidate/);
+      await until(async () => (await env.proxy.get(path, m.token)).status === 404);
+      const res = await env.proxy.get(path, m.token);
+      const direct = await httpGet(env.emulator.url + path, m.token);
+      expect(direct.status).toBe(404);
+      expect(res.status).toBe(404);
+      expect(res.body.equals(direct.body)).toBe(true);
+    } finally {
+      await env.emulator.mutate({ op: 'grant_project', user_id: m.user_id, project_id: project });
+    }
   });
 
   it('forwards a request without Authorization untouched and never caches it', async () => {
