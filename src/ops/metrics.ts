@@ -15,24 +15,36 @@ export interface Metrics {
 export function createMetrics(): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'tm_cache_process_' });
-  const requests = new Counter({
+  // The hit path increments a plain number found through nested maps (no label string, no hash);
+  // the Prometheus counter is brought up to date when it is scraped.
+  interface Tally {
+    readonly labels: { outcome: string; tier: string; operation: string };
+    count: number;
+  }
+  const tallies = new Map<string, Map<string, Map<string, Tally>>>();
+  new Counter({
     name: 'tm_cache_requests_total',
     help: 'Cacheable requests by outcome (hit, stale, miss, coalesced, bypass, error), tier and operation.',
     labelNames: ['outcome', 'tier', 'operation'] as const,
     registers: [registry],
+    collect() {
+      this.reset();
+      for (const byTier of tallies.values()) {
+        for (const byOperation of byTier.values()) for (const tally of byOperation.values()) this.inc(tally.labels, tally.count);
+      }
+    },
   });
-  // Children are resolved once per label combination: the hit path then only increments.
-  const children = new Map<string, Counter.Internal>();
   return {
     registry,
     recordOutcome(outcome, operation) {
-      const id = `${outcome.kind}|${outcome.tier ?? ''}|${operation}`;
-      let child = children.get(id);
-      if (child === undefined) {
-        child = requests.labels({ outcome: outcome.kind, tier: outcome.tier ?? 'none', operation });
-        children.set(id, child);
-      }
-      child.inc();
+      const tier = outcome.tier ?? 'none';
+      let byTier = tallies.get(outcome.kind);
+      if (byTier === undefined) tallies.set(outcome.kind, (byTier = new Map()));
+      let byOperation = byTier.get(tier);
+      if (byOperation === undefined) byTier.set(tier, (byOperation = new Map()));
+      let tally = byOperation.get(operation);
+      if (tally === undefined) byOperation.set(operation, (tally = { labels: { outcome: outcome.kind, tier, operation }, count: 0 }));
+      tally.count++;
     },
     gauge(name, help, read) {
       new Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });

@@ -16,6 +16,7 @@
  */
 import fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import httpProxy from '@fastify/http-proxy';
+import { createServer } from 'node:http';
 import type { Logger } from 'pino';
 import { makeErrorBody } from '../api/errors.js';
 import { Coalescer } from '../cache/coalesce.js';
@@ -28,6 +29,7 @@ import { IdentityResolver, type Caller, type SharedStore } from './identity.js';
 import { ageHeader, cacheStatus, matchesIfNoneMatch, wantsRevalidation } from './headers.js';
 import { ReadThrough, relayedHeaders, type CacheOutcome, type FillLock, type FillResult, type ReadCache, type Served } from './read-through.js';
 import { resolveRoute, type RouteInfo, RouteMemo } from './route-memo.js';
+import { makeHitPath, type HitPath } from './hit-path.js';
 
 /** The cache as the app sees it: read-through operations plus invalidation. */
 export interface ProxyCache extends ReadCache {
@@ -55,7 +57,15 @@ function isWrite(method: string): boolean {
 
 export async function buildProxy(config: Config, deps: ProxyDeps): Promise<FastifyInstance> {
   const now = deps.now ?? Date.now;
+  // The fresh-hit fast path runs before fastify sees the request (see hit-path.ts); it is made
+  // below, once the identity resolver and the route memo exist.
+  let serveFreshHit: HitPath = () => false;
+  let closing = false;
   const app = fastify({
+    serverFactory: (handler) =>
+      createServer((req, res) => {
+        if (closing || !serveFreshHit(req, res)) handler(req, res);
+      }),
     loggerInstance: deps.logger as FastifyBaseLogger,
     // One debug line per request comes from our own hook (below), with the cache outcome in it.
     logController: new LogController({ disableRequestLogging: true }),
@@ -91,6 +101,20 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   const honorNoCache = config.cache.honorClientNoCache;
   const onOutcome = deps.onOutcome;
   const logEachRequest = deps.logger.isLevelEnabled('debug');
+
+  serveFreshHit = makeHitPath({
+    routes,
+    identity,
+    cache: deps.cache,
+    now,
+    onHit: (operation, userId, req) => {
+      onOutcome?.(HIT_MEMORY, operation);
+      if (logEachRequest) deps.logger.debug({ method: req.method, url: req.url, operation, user: userId, outcome: HIT_MEMORY }, 'request');
+    },
+  });
+  app.addHook('preClose', async () => {
+    closing = true; // from here on fastify answers, with 503 for new requests (return503OnClosing)
+  });
 
   /** Every cacheable request ends here once: the metric, and at debug level one log line. */
   function record(request: FastifyRequest, outcome: CacheOutcome, operation: string, caller: Caller): void {

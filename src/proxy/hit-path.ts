@@ -1,0 +1,72 @@
+/**
+ * The hot path: a fresh memory-tier hit, answered on node's own request and response objects
+ * before fastify builds a request, routes it or runs hooks.
+ *
+ * Dashboards poll the same URLs all day, so most requests are exactly this: a URL seen before
+ * (route memo), a caller seen recently (identity memo), a fresh entry (memory tier). Each of
+ * those is one Map lookup; the answer is one writeHead with a flat header array and one end
+ * with the stored bytes. No hashing, no I/O, no parsing. Anything else (a first sight of a URL
+ * or a token, a stale or missing entry, `Cache-Control` from the client, a write) returns
+ * false and goes through fastify, where the full read-through handles it.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { OperationId } from '../api/catalogue.js';
+import { ageSeconds, ttlSeconds, type CacheEntry } from '../cache/entry.js';
+import { ADMIN_SCOPE } from '../cache/key.js';
+import { matchesIfNoneMatch, CACHE_NAME } from './headers.js';
+import type { IdentityResolver } from './identity.js';
+import type { RouteMemo } from './route-memo.js';
+
+export interface HitPathDeps {
+  readonly routes: RouteMemo;
+  readonly identity: IdentityResolver;
+  readonly cache: { peek(key: string): CacheEntry | undefined };
+  readonly now: () => number;
+  /** Called once per hit, with the operation and the caller's user id (metrics, debug log). */
+  readonly onHit: (operation: OperationId, userId: number, req: IncomingMessage) => void;
+}
+
+export type HitPath = (req: IncomingMessage, res: ServerResponse) => boolean;
+
+export function makeHitPath(d: HitPathDeps): HitPath {
+  const { routes, identity, cache, now, onHit } = d;
+  return function serveFreshHit(req, res) {
+    const method = req.method;
+    if (method !== 'GET' && method !== 'HEAD') return false;
+    const headers = req.headers;
+    const authorization = headers.authorization;
+    // A client's Cache-Control or Pragma may ask for revalidation: the full path decides.
+    if (authorization === undefined || headers['cache-control'] !== undefined || headers.pragma !== undefined) return false;
+    const info = routes.get(req.url!);
+    if (info === undefined || info.kind !== 'cacheable') return false;
+    const t = now();
+    const caller = identity.peek(authorization, t);
+    if (caller === undefined) return false;
+    const op = info.req.op;
+    let scope: string = caller.scope;
+    if (op.adminOnly) {
+      if (!identity.isVerifiedAdmin(caller, t)) return false;
+      scope = ADMIN_SCOPE;
+    }
+    const entry = cache.peek(scope + info.suffix);
+    if (entry === undefined || t >= entry.freshUntil) return false;
+
+    const ifNoneMatch = headers['if-none-match'];
+    const notModified = ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, entry.etag);
+    res.writeHead(notModified ? 304 : entry.status, responseHeaders(entry, t, notModified));
+    if (notModified || method === 'HEAD') res.end();
+    else res.end(entry.body);
+    onHit(op.id, caller.userId, req);
+    return true;
+  };
+}
+
+/** A flat [name, value, ...] array: node's cheapest form for writeHead. */
+function responseHeaders(entry: CacheEntry, t: number, notModified: boolean): string[] {
+  const out: string[] = [];
+  const stored = entry.headers;
+  for (const name in stored) out.push(name, stored[name]!);
+  if (!notModified) out.push('content-length', String(entry.body.length));
+  out.push('age', String(ageSeconds(entry, t)), 'cache-status', `${CACHE_NAME}; hit; ttl=${ttlSeconds(entry, t)}; detail=memory`);
+  return out;
+}
