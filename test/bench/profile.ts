@@ -1,0 +1,158 @@
+/**
+ * Where a tm-cache request path spends its CPU: runs the BUILT server under `node --cpu-prof`
+ * (pinned to the server core, load on the load core, as in run.ts), then prints the top frames
+ * by self time and by inclusive time, and a breakdown by origin (tm-cache, fastify, node, GC).
+ *
+ *   npm run build && npx tsx test/bench/profile.ts hit     # memory-tier hits, wrk 32 connections
+ *   npx tsx test/bench/profile.ts redis                    # Redis-tier hits (redis-hit-server.ts)
+ *   npx tsx test/bench/profile.ts miss                     # distinct cold requests, one at a time
+ *   npx tsx test/bench/profile.ts bare                     # the bare fastify baseline, for comparison
+ *
+ * Options: PROFILE_SECONDS (default 10), PROFILE_TOP (default 25), PROFILE_OUT (keep the
+ * .cpuprofile there, e.g. to open it in Chrome DevTools). Bounded in time; every child
+ * is killed on exit.
+ */
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Pool } from 'undici';
+import { fetchPage, type Page } from './measure.js';
+import { installCleanup, pinSelf, stopAll } from './procs.js';
+import { uniquePath } from './scenario-miss.js';
+import { LOAD_CPU, ROOT, startBare, startEmulator, startRedis, startRedisHitServer, startTmCache, type Emulator, type Server } from './servers.js';
+import { runWrk } from './wrk.js';
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface CpuProfile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+const SECONDS = Number(process.env['PROFILE_SECONDS'] ?? 10);
+const TOP = Number(process.env['PROFILE_TOP'] ?? 25);
+
+function frameName(n: ProfileNode): string {
+  const f = n.callFrame;
+  const url = f.url.replace(`file://${ROOT}/`, '').replace(/^file:\/\/.*node_modules\//, '');
+  return `${f.functionName || '(anonymous)'} ${url ? `${url}:${f.lineNumber + 1}` : ''}`.trim();
+}
+
+function origin(n: ProfileNode): string {
+  const { url, functionName } = n.callFrame;
+  if (!url) return functionName.startsWith('(') ? functionName : '(native/builtin)';
+  if (url.includes('/dist/')) return `tm-cache ${url.slice(url.indexOf('/dist/') + 6)}`;
+  const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+  if (m) return m[1]!;
+  if (url.startsWith('node:')) return url;
+  return url;
+}
+
+function analyse(profile: CpuProfile): void {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const selfUs = new Map<number, number>();
+  profile.samples.forEach((id, i) => selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const total = [...selfUs.values()].reduce((a, b) => a + b, 0);
+  const idle = [...selfUs].filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)').reduce((a, [, v]) => a + v, 0);
+  const busy = total - idle;
+  const pct = (us: number) => `${((100 * us) / busy).toFixed(1).padStart(5)}%`;
+
+  const selfByName = new Map<string, number>();
+  const inclByName = new Map<string, number>();
+  const byOrigin = new Map<string, number>();
+  for (const [id, us] of selfUs) {
+    const node = byId.get(id)!;
+    if (node.callFrame.functionName === '(idle)') continue;
+    selfByName.set(frameName(node), (selfByName.get(frameName(node)) ?? 0) + us);
+    byOrigin.set(origin(node), (byOrigin.get(origin(node)) ?? 0) + us);
+    // Inclusive: each distinct frame on the stack once (recursion counted once).
+    const seen = new Set<string>();
+    for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
+      const name = frameName(byId.get(cur)!);
+      if (seen.has(name)) continue;
+      seen.add(name);
+      inclByName.set(name, (inclByName.get(name) ?? 0) + us);
+    }
+  }
+  const top = (m: Map<string, number>, n: number) => [...m].sort((a, b) => b[1] - a[1]).slice(0, n);
+  console.log(`\nbusy ${(busy / 1e6).toFixed(2)} s of ${(total / 1e6).toFixed(2)} s sampled (percentages are of busy time)`);
+  console.log('\n-- by origin (self time)');
+  for (const [name, us] of top(byOrigin, 15)) console.log(`${pct(us)}  ${name}`);
+  console.log('\n-- top frames, self time');
+  for (const [name, us] of top(selfByName, TOP)) console.log(`${pct(us)}  ${name}`);
+  console.log('\n-- top frames, inclusive time (tm-cache, fastify, lru-cache, node:)');
+  const interesting = new Map([...inclByName].filter(([name]) => /dist\/|fastify|lru-cache|node:|ioredis|undici|pino|prom-client/.test(name)));
+  for (const [name, us] of top(interesting, TOP)) console.log(`${pct(us)}  ${name}`);
+}
+
+async function missLoad(emulator: Emulator, server: Server, page: Page): Promise<void> {
+  const pool = new Pool(server.url, { connections: 1 });
+  const deadline = performance.now() + SECONDS * 1_000;
+  let n = 0;
+  try {
+    while (performance.now() < deadline) {
+      const res = await pool.request({ method: 'GET', path: uniquePath(page), headers: { authorization: `Bearer ${page.token}` } });
+      await res.body.arrayBuffer();
+      n++;
+    }
+  } finally {
+    await pool.close();
+  }
+  console.log(`${n} distinct misses in ${SECONDS} s (upstream: ${(await emulator.stats()).total} requests)`);
+}
+
+async function main(): Promise<void> {
+  installCleanup();
+  pinSelf(LOAD_CPU);
+  const mode = process.argv[2] ?? 'hit';
+  if (!['hit', 'redis', 'miss', 'bare'].includes(mode)) throw new Error(`mode: hit | redis | miss | bare, got ${mode}`);
+  const dir = mkdtempSync(join(tmpdir(), 'tm-cache-profile-'));
+  const nodeArgs = ['--cpu-prof', '--cpu-prof-dir', dir, '--cpu-prof-interval', '200'];
+  try {
+    const emulator = await startEmulator();
+    const member = emulator.tokens.find((t) => !t.is_admin && t.project_ids.length > 0)!;
+    const path = `/api/v1/projects/${member.project_ids[0]}/runs?expands=users`;
+    const ref = await fetchPage(emulator.url + path, member.token);
+    const page: Page = { path, token: member.token, body: ref.body, contentType: String(ref.headers['content-type']) };
+    let server: Server;
+    if (mode === 'bare') {
+      server = await startBare(dir, page.body, page.contentType, nodeArgs);
+    } else if (mode === 'redis') {
+      const redis = await startRedis();
+      server = await startRedisHitServer(emulator.url, redis.url, 'tmcp:', false, nodeArgs);
+    } else {
+      server = await startTmCache(emulator.url, { nodeArgs });
+    }
+    await fetchPage(server.url + path, page.token);
+    await new Promise((r) => setTimeout(r, 200)); // let a fire-and-forget Redis write land
+    if (mode === 'miss') {
+      await missLoad(emulator, server, page);
+    } else {
+      const wrk = await runWrk({ url: server.url + path, connections: 32, durationS: SECONDS, headers: { authorization: `Bearer ${page.token}` } });
+      console.log(`${mode}: ${wrk.rps.toFixed(0)} req/s under the profiler (sampling slows it down)`);
+    }
+    await server.proc.stop(10_000); // SIGTERM: a clean exit writes the profile
+    // In bare mode the page body file is in `dir` too: pick the profile.
+    const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
+    if (!file) throw new Error(`no .cpuprofile written in ${dir}`);
+    if (process.env['PROFILE_OUT']) copyFileSync(join(dir, file), process.env['PROFILE_OUT']);
+    analyse(JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile);
+  } finally {
+    await stopAll();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);

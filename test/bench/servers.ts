@@ -1,0 +1,128 @@
+/**
+ * The processes a bench scenario talks to, all started from the BUILT code (dist/) or the
+ * Debian binaries: the emulator (upstream, on the load core), tm-cache and the bare baseline
+ * (on the server core), a private redis-server, and the bench-only Redis-hit server.
+ */
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import { join, resolve } from 'node:path';
+import { freePort, startProcess, waitForHttp, type Proc } from './procs.js';
+
+export const ROOT = resolve(import.meta.dirname, '../..');
+export const CLI = join(ROOT, 'dist/cli.js');
+export const LOAD_CPU = 0;
+export const SERVER_CPU = 1;
+
+export interface Server {
+  readonly name: string;
+  readonly url: string;
+  readonly proc: Proc;
+}
+
+export interface TokenInfo {
+  readonly token: string;
+  readonly user_id: number;
+  readonly name: string;
+  readonly is_admin: boolean;
+  readonly project_ids: number[];
+}
+
+export interface Emulator extends Server {
+  readonly tokens: TokenInfo[];
+  stats(): Promise<{ total: number; by_route: Record<string, number> }>;
+  resetStats(): Promise<void>;
+}
+
+export async function startEmulator(): Promise<Emulator> {
+  const port = await freePort();
+  const proc = startProcess('emulator', process.execPath, [CLI, 'emulator', '--port', String(port), '--scale', 'medium', '--seed', '42'], { cpu: LOAD_CPU });
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}/__emulator/tokens`, proc, { timeoutMs: 60_000 });
+  const control = async (method: string, path: string): Promise<any> => {
+    const res = await fetch(`${url}/__emulator${path}`, { method });
+    if (res.status !== 200) throw new Error(`emulator ${method} ${path} → ${res.status}`);
+    return res.json();
+  };
+  return {
+    name: 'emulator',
+    url,
+    proc,
+    tokens: (await control('GET', '/tokens')) as TokenInfo[],
+    stats: () => control('GET', '/stats'),
+    resetStats: async () => void (await control('POST', '/stats/reset')),
+  };
+}
+
+export interface TmCacheOptions {
+  readonly name?: string;
+  readonly redisUrl?: string;
+  readonly env?: Record<string, string>;
+  /** Flags for node itself, e.g. `['--cpu-prof', '--cpu-prof-dir', dir]` (profile.ts). */
+  readonly nodeArgs?: readonly string[];
+}
+
+/** `node dist/cli.js serve`, log level warn, ready when its management port says so. */
+export async function startTmCache(upstream: string, options: TmCacheOptions = {}): Promise<Server> {
+  const [port, management] = [await freePort(), await freePort()];
+  const args = [...(options.nodeArgs ?? []), CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', 'warn'];
+  if (options.redisUrl) args.push('--redis', options.redisUrl);
+  const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...options.env } });
+  await waitForHttp(`http://127.0.0.1:${management}/readyz`, proc);
+  return { name: options.name ?? 'tm-cache', url: `http://127.0.0.1:${port}`, proc };
+}
+
+/** A TS script of test/bench run by node with tsx's loader (the hot path is plain JS either way). */
+async function startBenchScript(name: string, script: string, args: string[], probePath: string, nodeArgs: readonly string[] = []): Promise<Server> {
+  const port = await freePort();
+  const proc = startProcess(name, process.execPath, [...nodeArgs, '--import', 'tsx', join(ROOT, 'test/bench', script), '--port', String(port), ...args], {
+    cpu: SERVER_CPU,
+    cwd: ROOT,
+  });
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}${probePath}`, proc);
+  return { name, url, proc };
+}
+
+export async function startBare(dir: string, body: Buffer, contentType: string, nodeArgs: readonly string[] = []): Promise<Server> {
+  const file = join(dir, 'page.body');
+  writeFileSync(file, body);
+  return startBenchScript('bare fastify', 'bare-server.ts', ['--body', file, '--content-type', contentType], '/', nodeArgs);
+}
+
+export async function startRedisHitServer(upstream: string, redisUrl: string, prefix: string, encrypted: boolean, nodeArgs: readonly string[] = []): Promise<Server> {
+  const args = ['--upstream', upstream, '--redis', redisUrl, '--prefix', prefix];
+  if (encrypted) args.push('--encryption-key', randomBytes(32).toString('hex'));
+  return startBenchScript(encrypted ? 'tm-cache redis-hit (encrypted)' : 'tm-cache redis-hit', 'redis-hit-server.ts', args, '/api/v1/user', nodeArgs);
+}
+
+export interface Redis {
+  readonly url: string;
+  readonly port: number;
+  readonly proc: Proc;
+}
+
+/** A private redis-server on a free port (never the shared 6379), nothing persisted. */
+export async function startRedis(): Promise<Redis> {
+  const port = await freePort();
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'];
+  const proc = startProcess('redis-server', 'redis-server', args, { cpu: LOAD_CPU });
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const ok = await new Promise<boolean>((done) => {
+      const socket = createConnection({ host: '127.0.0.1', port });
+      const end = (v: boolean) => {
+        socket.destroy();
+        done(v);
+      };
+      socket.setTimeout(500, () => end(false));
+      socket.once('error', () => end(false));
+      socket.once('connect', () => socket.write('PING\r\n'));
+      socket.once('data', (d) => end(d.toString().startsWith('+PONG')));
+    });
+    if (ok) break;
+    if (proc.hasExited() || Date.now() > deadline) throw new Error(`redis-server did not start on ${port}:\n${proc.tail()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { url: `redis://127.0.0.1:${port}`, port, proc };
+}
