@@ -27,6 +27,41 @@ export interface CacheEntry {
    * tagged with it, in every tier and (through Redis) on every replica.
    */
   readonly tags: readonly string[];
+  /**
+   * The body gzip-encoded, once known: produced in the background after a fill, or read as it is
+   * from Redis (where bodies are stored gzip-encoded). Clients that accept gzip are sent these
+   * bytes with `Content-Encoding: gzip`, so neither side decodes or encodes on a hit.
+   */
+  readonly gzip?: Buffer | undefined;
+  /** Strong validator of the gzip variant (a different representation needs its own, RFC 9110 §8.8.3). */
+  readonly gzipEtag?: string | undefined;
+  /**
+   * Length of `body`, for entries whose body is decoded lazily (from Redis): the memory tier can
+   * account for it without decoding it. Absent: `body.length`.
+   */
+  readonly bodyLength?: number | undefined;
+}
+
+/** The length of the identity body, without decoding a lazily decoded one. */
+export function bodyLengthOf(entry: CacheEntry): number {
+  return entry.bodyLength ?? entry.body.length;
+}
+
+/**
+ * The identity body, or undefined when it cannot be decoded (a lazily decoded body from Redis
+ * whose stream is corrupt): callers treat that as no entry rather than fail the request.
+ */
+export function readBody(entry: CacheEntry): Buffer | undefined {
+  try {
+    return entry.body;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The ETag of the gzip variant of a body whose ETag is `etag`: `"abc"` → `"abc-gz"`. */
+export function gzipEtagOf(etag: string): string {
+  return `${etag.slice(0, -1)}-gz"`;
 }
 
 /** The last moment an entry is of any use: after it, every tier may drop it. */

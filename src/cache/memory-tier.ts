@@ -4,7 +4,7 @@
  * Everything else (the tag index, sizes, expiry) is paid for on `set` and on eviction.
  */
 import { LRUCache } from 'lru-cache';
-import { expiresAt, type CacheEntry } from './entry.js';
+import { bodyLengthOf, expiresAt, type CacheEntry } from './entry.js';
 import type { CacheTier } from './tier.js';
 
 export const DEFAULT_MAX_BYTES = 256 * 1024 * 1024;
@@ -15,6 +15,13 @@ export const DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024;
  * precision is worth, and bodies (kilobytes) dominate anyway.
  */
 export const ENTRY_OVERHEAD_BYTES = 1024;
+
+/**
+ * One options object for every get: lru-cache's get() would otherwise allocate one per call. It
+ * writes `status` into it (undefined unless someone subscribes to its metrics channel), so it
+ * must not be frozen; nothing else reads it.
+ */
+const GET_OPTIONS: { status?: unknown } = {};
 
 export interface MemoryTierOptions {
   /** Upper bound of the sum of entry sizes (body + ENTRY_OVERHEAD_BYTES). */
@@ -49,13 +56,8 @@ export class MemoryTier implements CacheTier {
     this.#lru = new LRUCache<string, CacheEntry>({
       maxSize: this.maxBytes,
       sizeCalculation: entrySizeBytes,
-      // lru-cache reads the clock through `perf`. ttlResolution 0: read it on every check,
-      // because a cached "now" would arm a timer per millisecond on the hit path and would
-      // hide a fake clock's jumps from tests.
-      perf: { now: this.#now },
-      ttlResolution: 0,
-      // Expired entries go lazily (on lookup or by LRU pressure): no timer per entry.
-      ttlAutopurge: false,
+      // No lru-cache TTLs: with them every get reads the clock. Expiry is checked here instead,
+      // against the entry's own times, only when an entry is found (see peek).
       allowStale: false,
       updateAgeOnGet: false,
       dispose: (entry, key) => this.#unindex(key, entry),
@@ -66,12 +68,16 @@ export class MemoryTier implements CacheTier {
    * The hit path: the live entry or undefined, synchronously. Counts as a use for the LRU
    * order. An entry past `expiresAt` is never returned (and is dropped on the way).
    */
-  peek(key: string): CacheEntry | undefined {
-    return this.#lru.get(key);
+  peek(key: string, now?: number): CacheEntry | undefined {
+    const entry = this.#lru.get(key, GET_OPTIONS as object);
+    if (entry === undefined) return undefined;
+    if (expiresAt(entry) > (now ?? this.#now())) return entry;
+    this.#lru.delete(key);
+    return undefined;
   }
 
   async get(key: string): Promise<CacheEntry | undefined> {
-    return this.#lru.get(key);
+    return this.peek(key);
   }
 
   /** Synchronous store; the async `set` of CacheTier wraps it. False when the entry was skipped. */
@@ -84,7 +90,7 @@ export class MemoryTier implements CacheTier {
     }
     // Order matters: replacing a value disposes the old one (unindexing its tags) inside set,
     // so the new tags must be indexed after it.
-    this.#lru.set(key, entry, { ttl: Math.ceil(ttlMs) });
+    this.#lru.set(key, entry);
     for (const tag of entry.tags) {
       let keys = this.#keysByTag.get(tag);
       if (!keys) this.#keysByTag.set(tag, (keys = new Set()));
@@ -145,6 +151,7 @@ export class MemoryTier implements CacheTier {
   }
 }
 
+/** What an entry holds: its identity body (decoded or to be), its gzip variant, and overhead. */
 export function entrySizeBytes(entry: CacheEntry): number {
-  return entry.body.length + ENTRY_OVERHEAD_BYTES;
+  return bodyLengthOf(entry) + (entry.gzip?.length ?? 0) + ENTRY_OVERHEAD_BYTES;
 }

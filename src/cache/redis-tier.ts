@@ -14,7 +14,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { decodeEntry, encodeEntry } from './codec.js';
-import { expiresAt, type CacheEntry } from './entry.js';
+import { bodyLengthOf, expiresAt, type CacheEntry } from './entry.js';
 import { FailureLog, silentLogger, type FailureCounts, type TierLogger } from './failure-log.js';
 import { assertKeyring, type Keyring } from './keyring.js';
 import { createRedisClient, type RedisClient, type RedisConnectionOptions } from './redis-client.js';
@@ -200,7 +200,7 @@ export class RedisTier extends RedisShared implements CacheTier {
 
   async #write(key: string, entry: CacheEntry): Promise<void> {
     const ttlMs = Math.ceil(expiresAt(entry) - this.now());
-    if (ttlMs <= 0 || entry.body.length > this.#maxEntryBytes) return;
+    if (ttlMs <= 0 || bodyLengthOf(entry) > this.#maxEntryBytes) return;
     // Checked before encoding: no point compressing and sealing for a connection that is down.
     if (!this.healthy()) return this.recordUnavailable('set');
     let stored: Buffer;

@@ -11,6 +11,7 @@
  * - Without Redis, or with Redis down, this is a memory cache: a failing tier is a miss.
  */
 import type { CacheEntry } from './entry.js';
+import { withGzipVariant } from './codec.js';
 import { MemoryTier, type MemoryTierStats } from './memory-tier.js';
 import type { InvalidationMessage, RedisTier, RedisTierStats } from './redis-tier.js';
 import type { TierName } from './tier.js';
@@ -44,8 +45,8 @@ export class TieredCache {
   }
 
   /** Memory only, synchronous: the per-request hit path. */
-  peek(key: string): CacheEntry | undefined {
-    return this.memory.peek(key);
+  peek(key: string, now?: number): CacheEntry | undefined {
+    return this.memory.peek(key, now);
   }
 
   async get(key: string): Promise<TieredHit | undefined> {
@@ -67,7 +68,7 @@ export class TieredCache {
    */
   set(key: string, entry: CacheEntry): Promise<void> {
     this.memory.store(key, entry);
-    return this.redis ? this.redis.set(key, entry) : Promise.resolve();
+    return this.#addGzipAndShare(key, entry);
   }
 
   /** Keeps an entry another replica stored in Redis in this replica's memory too (no Redis write). */
@@ -103,6 +104,21 @@ export class TieredCache {
     this.#unsubscribe?.();
     await this.redis?.close();
     await this.memory.close();
+  }
+
+  /**
+   * In the background: the gzip variant (for clients that accept gzip, and the stored form in
+   * Redis), swapped into memory if the entry is still the one there, then the Redis write.
+   */
+  async #addGzipAndShare(key: string, entry: CacheEntry): Promise<void> {
+    let shared = entry;
+    try {
+      shared = await withGzipVariant(entry);
+    } catch {
+      // zlib failing is no reason to lose the entry: it is kept and shared without the variant.
+    }
+    if (shared !== entry && this.memory.peek(key) === entry) this.memory.store(key, shared);
+    await this.redis?.set(key, shared);
   }
 
   async #getShared(key: string): Promise<CacheEntry | undefined> {

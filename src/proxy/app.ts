@@ -30,6 +30,7 @@ import { ageHeader, cacheStatus, matchesIfNoneMatch, wantsRevalidation } from '.
 import { ReadThrough, relayedHeaders, type CacheOutcome, type FillLock, type FillResult, type ReadCache, type Served } from './read-through.js';
 import { resolveRoute, type RouteInfo, RouteMemo } from './route-memo.js';
 import { makeHitPath, type HitPath } from './hit-path.js';
+import { representationHeaders, selectRepresentation } from './encoding.js';
 
 /** The cache as the app sees it: read-through operations plus invalidation. */
 export interface ProxyCache extends ReadCache {
@@ -138,11 +139,17 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   }
 
   function sendEntry(request: FastifyRequest, reply: FastifyReply, entry: CacheEntry, outcome: CacheOutcome, t: number): FastifyReply {
-    reply.headers(entry.headers);
+    const rep = selectRepresentation(entry, request.headers['accept-encoding']);
+    if (rep === undefined) {
+      return reply.code(502).send(makeErrorBody('A stored answer could not be decoded; it will be fetched again.'));
+    }
+    const notModified = matchesIfNoneMatch(request.headers['if-none-match'], rep.etag);
+    const list = representationHeaders(entry, rep, notModified);
+    for (let i = 0; i < list.length; i += 2) reply.header(list[i]!, list[i + 1]!);
     reply.header('age', ageHeader(entry, t));
     reply.header('cache-status', cacheStatus(outcome, entry, t));
-    if (matchesIfNoneMatch(request.headers['if-none-match'], entry.etag)) return reply.code(304).send();
-    return reply.code(entry.status).send(entry.body);
+    if (notModified) return reply.code(304).send();
+    return reply.code(entry.status).send(rep.body);
   }
 
   function sendRelay(reply: FastifyReply, res: UpstreamResponse, outcome: CacheOutcome): FastifyReply {

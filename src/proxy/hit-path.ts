@@ -14,13 +14,14 @@ import type { OperationId } from '../api/catalogue.js';
 import { ageSeconds, ttlSeconds, type CacheEntry } from '../cache/entry.js';
 import { ADMIN_SCOPE } from '../cache/key.js';
 import { matchesIfNoneMatch, CACHE_NAME } from './headers.js';
+import { representationHeaders, selectRepresentation } from './encoding.js';
 import type { IdentityResolver } from './identity.js';
 import type { RouteMemo } from './route-memo.js';
 
 export interface HitPathDeps {
   readonly routes: RouteMemo;
   readonly identity: IdentityResolver;
-  readonly cache: { peek(key: string): CacheEntry | undefined };
+  readonly cache: { peek(key: string, now?: number): CacheEntry | undefined };
   readonly now: () => number;
   /** Called once per hit, with the operation and the caller's user id (metrics, debug log). */
   readonly onHit: (operation: OperationId, userId: number, req: IncomingMessage) => void;
@@ -48,25 +49,19 @@ export function makeHitPath(d: HitPathDeps): HitPath {
       if (!identity.isVerifiedAdmin(caller, t)) return false;
       scope = ADMIN_SCOPE;
     }
-    const entry = cache.peek(scope + info.suffix);
+    const entry = cache.peek(scope + info.suffix, t);
     if (entry === undefined || t >= entry.freshUntil) return false;
 
+    const rep = selectRepresentation(entry, headers['accept-encoding']);
+    if (rep === undefined) return false;
     const ifNoneMatch = headers['if-none-match'];
-    const notModified = ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, entry.etag);
-    res.writeHead(notModified ? 304 : entry.status, responseHeaders(entry, t, notModified));
+    const notModified = ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, rep.etag);
+    const out = representationHeaders(entry, rep, notModified);
+    out.push('age', String(ageSeconds(entry, t)), 'cache-status', `${CACHE_NAME}; hit; ttl=${ttlSeconds(entry, t)}; detail=memory`);
+    res.writeHead(notModified ? 304 : entry.status, out);
     if (notModified || method === 'HEAD') res.end();
-    else res.end(entry.body);
+    else res.end(rep.body);
     onHit(op.id, caller.userId, req);
     return true;
   };
-}
-
-/** A flat [name, value, ...] array: node's cheapest form for writeHead. */
-function responseHeaders(entry: CacheEntry, t: number, notModified: boolean): string[] {
-  const out: string[] = [];
-  const stored = entry.headers;
-  for (const name in stored) out.push(name, stored[name]!);
-  if (!notModified) out.push('content-length', String(entry.body.length));
-  out.push('age', String(ageSeconds(entry, t)), 'cache-status', `${CACHE_NAME}; hit; ttl=${ttlSeconds(entry, t)}; detail=memory`);
-  return out;
 }

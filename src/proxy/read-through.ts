@@ -56,7 +56,7 @@ export type FillResult =
 
 /** The cache as the read-through sees it; TieredCache implements it. */
 export interface ReadCache {
-  peek(key: string): CacheEntry | undefined;
+  peek(key: string, now?: number): CacheEntry | undefined;
   get(key: string): Promise<{ entry: CacheEntry; tier: TierName } | undefined>;
   set(key: string, entry: CacheEntry): void;
   /** Keeps in memory an entry that already is in the shared tier. */
@@ -260,7 +260,7 @@ export class ReadThrough {
         etag,
         // Answers are per caller: no shared cache downstream may store them (RFC 9111 §5.2.2.7).
         'cache-control': 'private',
-        vary: 'Authorization',
+        vary: 'Authorization, Accept-Encoding',
       },
       body: res.body,
       etag,

@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
+import { gunzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { decodeEntry, decodeValue, encodeEntry, encodeValue, FORMAT_VERSION, storedKeyId } from '../../src/cache/codec.js';
 import { assertKeyring, type Keyring } from '../../src/cache/keyring.js';
+import { gzipEtagOf, type CacheEntry } from '../../src/cache/entry.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
 
 const k1 = randomBytes(32);
@@ -15,9 +17,30 @@ describe('codec', () => {
     const entry = makeEntry(now, { body: makeListPageBody(100) });
     for (const keyring of [undefined, ring1]) {
       const decoded = await decodeEntry(await encodeEntry(entry, keyring), keyring);
-      expect(decoded!.body.equals(entry.body)).toBe(true);
-      expect({ ...decoded, body: null }).toEqual({ ...entry, body: null });
+      const { body, gzip, gzipEtag, bodyLength, ...stored } = decoded!;
+      expect(body.equals(entry.body)).toBe(true);
+      expect(stored).toEqual(omitBody(entry));
+      // Stored gzip-encoded: the variant served as it is to clients that accept gzip.
+      expect(gunzipSync(gzip!).equals(entry.body)).toBe(true);
+      expect(gzipEtag).toBe(gzipEtagOf(entry.etag));
+      expect(bodyLength).toBe(entry.body.length);
     }
+  });
+
+  it('decodes the identity body only when it is asked for', async () => {
+    const entry = makeEntry(now, { body: makeListPageBody(100) });
+    const decoded = (await decodeEntry(await encodeEntry(entry)))!;
+    const descriptor = Object.getOwnPropertyDescriptor(decoded, 'body')!;
+    expect(typeof descriptor.get).toBe('function');
+    expect(decoded.body).toBe(decoded.body); // decoded once, then kept
+  });
+
+  it('refuses a gzip body whose trailer does not match the announced length', async () => {
+    const entry = makeEntry(now, { body: makeListPageBody(100) });
+    const stored = await encodeEntry(entry);
+    const tampered = Buffer.from(stored);
+    tampered.writeUInt32LE(1, tampered.length - 4);
+    expect(await decodeEntry(tampered)).toBeUndefined();
   });
 
   it('shrinks a 100-item JSON list page several times', async () => {
@@ -84,3 +107,8 @@ describe('codec', () => {
     expect(() => assertKeyring({ keys: { a: k1 }, current: 'b' })).toThrow(/current "b"/);
   });
 });
+
+function omitBody(entry: CacheEntry): Omit<CacheEntry, 'body'> {
+  const { body: _body, ...rest } = entry;
+  return rest;
+}

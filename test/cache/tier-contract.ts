@@ -2,8 +2,9 @@
  * The contract every CacheTier keeps (after undici's `cacheStoreTests(Store)`): run it with
  * `tierContract(name, makeTier)` from each tier's test file.
  */
+import { gunzipSync } from 'node:zlib';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { expiresAt, type CacheEntry } from '../../src/cache/entry.js';
+import { expiresAt, gzipEtagOf, type CacheEntry } from '../../src/cache/entry.js';
 import type { CacheTier } from '../../src/cache/tier.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
 
@@ -51,10 +52,21 @@ export function tierContract(
       await tier.close();
     });
 
+    /**
+     * Every stored field equal. A tier may add the derived ones (the gzip variant, its ETag, the
+     * body length), and then they must be right: the variant decodes to the body.
+     */
     const expectSameEntry = (actual: CacheEntry | undefined, expected: CacheEntry): void => {
       expect(actual).toBeDefined();
-      expect(actual!.body.equals(expected.body)).toBe(true);
-      expect({ ...actual!, body: undefined }).toEqual({ ...expected, body: undefined });
+      const { body, gzip, gzipEtag, bodyLength, ...stored } = actual!;
+      expect(body.equals(expected.body)).toBe(true);
+      const { body: _b, gzip: _g, gzipEtag: _e, bodyLength: _l, ...expectedStored } = expected;
+      expect(stored).toEqual(expectedStored);
+      if (gzip !== undefined) {
+        expect(gunzipSync(gzip).equals(expected.body)).toBe(true);
+        expect(gzipEtag).toBe(gzipEtagOf(expected.etag));
+      }
+      if (bodyLength !== undefined) expect(bodyLength).toBe(expected.body.length);
     };
 
     it('returns what was stored, every field equal, for a small and an 90 KB body', async () => {

@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { OPERATIONS, makePath } from '../../src/api/catalogue.js';
 import { httpGet } from '../helpers/proxy.js';
 import { proxyOverEmulator } from '../helpers/setup.js';
+import { until } from '../helpers/wait.js';
+import { gunzipSync } from 'node:zlib';
 
 
 const env = proxyOverEmulator();
@@ -126,6 +128,33 @@ describe('conditional requests and HEAD', () => {
     expect(all[0]!.headers['cache-status']).toMatch(/fwd=request/);
     expect((await env.emulator.stats()).by_route['GET /api/v1/projects']).toBe(1);
     await env.emulator.clearFaults();
+  });
+});
+
+describe('content coding', () => {
+  it('sends the stored gzip variant to clients that accept gzip, with its own ETag, and identity to the others', async () => {
+    const { token, project_ids } = env.emulator.tokens.member(1);
+    const path = `/api/v1/projects/${project_ids[0]}/runs?expands=users`;
+    const identity = await env.proxy.get(path, token);
+    expect(identity.headers['vary']).toBe('Authorization, Accept-Encoding');
+    // The variant is made in the background after the fill.
+    let gz = await env.proxy.get(path, token, { 'accept-encoding': 'gzip, deflate, br' });
+    await until(async () => {
+      gz = await env.proxy.get(path, token, { 'accept-encoding': 'gzip, deflate, br' });
+      return gz.headers['content-encoding'] === 'gzip';
+    });
+    expect(gunzipSync(gz.body).equals(identity.body)).toBe(true);
+    expect(gz.body.length * 4).toBeLessThan(identity.body.length);
+    expect(gz.headers['content-length']).toBe(String(gz.body.length));
+    expect(gz.headers['etag']).toBe(`${String(identity.headers['etag']).slice(0, -1)}-gz"`);
+    expect((await env.proxy.get(path, token, { 'accept-encoding': 'gzip', 'if-none-match': String(gz.headers['etag']) })).status).toBe(304);
+
+    for (const refusing of ['identity', 'br', 'gzip;q=0, *;q=0']) {
+      const res = await env.proxy.get(path, token, { 'accept-encoding': refusing });
+      expect(res.headers['content-encoding'], refusing).toBeUndefined();
+      expect(res.body.equals(identity.body), refusing).toBe(true);
+    }
+    expect((await env.proxy.get(path, token)).headers['content-encoding']).toBeUndefined();
   });
 });
 

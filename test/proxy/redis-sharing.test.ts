@@ -3,6 +3,7 @@
  * port by the helper, never the machine's shared one) in front of the real emulator.
  */
 import { Redis } from 'ioredis';
+import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config/schema.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
@@ -62,6 +63,12 @@ describe('two replicas sharing one Redis', () => {
     expect(fromRedis.headers['cache-status']).toMatch(/^tm-cache; hit; ttl=\d+; detail=redis$/);
     expect(fromRedis.body.equals(filled.body)).toBe(true);
     expect((await c.get(path, token)).headers['cache-status']).toMatch(/detail=memory/);
+    // Redis holds the body gzip-encoded: a gzip client of another fresh replica gets those bytes.
+    const d = await replica();
+    const gz = await d.get(path, token, { 'accept-encoding': 'gzip' });
+    expect(gz.headers['cache-status']).toMatch(/detail=redis/);
+    expect(gz.headers['content-encoding']).toBe('gzip');
+    expect(gunzipSync(gz.body).equals(filled.body)).toBe(true);
     // Neither the answer nor the caller's identity needed the instance: both came from Redis.
     expect((await emulator.stats()).total).toBe(0);
   });

@@ -1,0 +1,67 @@
+/**
+ * Content negotiation for cached answers (RFC 9110 §12.5.3): a client that accepts gzip gets the
+ * stored gzip variant with `Content-Encoding: gzip`; any other gets the identity body.
+ *
+ * Clients send the same Accept-Encoding on every request, so the verdict is memoized per header
+ * value: the hit path pays one Map lookup, not a parse.
+ */
+import { readBody, type CacheEntry } from '../cache/entry.js';
+
+const verdicts = new Map<string, boolean>();
+const MAX_VERDICTS = 1_000;
+
+/** Does this Accept-Encoding value accept gzip? `gzip`, `x-gzip` or `*` with a q above 0. */
+export function acceptsGzip(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  let verdict = verdicts.get(header);
+  if (verdict === undefined) {
+    verdict = parseAcceptsGzip(header);
+    if (verdicts.size >= MAX_VERDICTS) verdicts.clear();
+    verdicts.set(header, verdict);
+  }
+  return verdict;
+}
+
+function parseAcceptsGzip(header: string): boolean {
+  let star: boolean | undefined;
+  for (const part of header.toLowerCase().split(',')) {
+    const [coding = '', ...params] = part.split(';').map((p) => p.trim());
+    const q = params.find((p) => p.startsWith('q='));
+    const accepted = q === undefined || Number(q.slice(2)) > 0;
+    if (coding === 'gzip' || coding === 'x-gzip') return accepted;
+    if (coding === '*') star = accepted;
+  }
+  return star ?? false;
+}
+
+/** One representation of an entry: the bytes to send, their validator, their coding. */
+export interface Representation {
+  readonly body: Buffer;
+  readonly etag: string;
+  readonly gzip: boolean;
+}
+
+/**
+ * The representation to send for this Accept-Encoding; undefined when the entry's identity body
+ * cannot be decoded (treated as no entry).
+ */
+export function selectRepresentation(entry: CacheEntry, acceptEncoding: string | undefined): Representation | undefined {
+  if (entry.gzip !== undefined && entry.gzipEtag !== undefined && acceptsGzip(acceptEncoding)) {
+    return { body: entry.gzip, etag: entry.gzipEtag, gzip: true };
+  }
+  const body = readBody(entry);
+  return body === undefined ? undefined : { body, etag: entry.etag, gzip: false };
+}
+
+/**
+ * The response headers of a representation as a flat [name, value, ...] list (node's cheapest
+ * form for writeHead): the stored ones with the representation's ETag, its coding and length.
+ */
+export function representationHeaders(entry: CacheEntry, rep: Representation, notModified: boolean): string[] {
+  const out: string[] = [];
+  const stored = entry.headers;
+  for (const name in stored) out.push(name, name === 'etag' ? rep.etag : stored[name]!);
+  if (rep.gzip) out.push('content-encoding', 'gzip');
+  if (!notModified) out.push('content-length', String(rep.body.length));
+  return out;
+}
