@@ -37,6 +37,8 @@ export class TieredCache {
   /** The shared tier, when configured; also the fill lock and the shared store of the proxy. */
   readonly redis: RedisTier | undefined;
   readonly #unsubscribe: (() => void) | undefined;
+  /** Entries whose gzip variant is being made (weak: a dropped entry is simply forgotten). */
+  readonly #compressing = new WeakSet<CacheEntry>();
 
   constructor(options: TieredCacheOptions = {}) {
     this.memory = options.memory ?? new MemoryTier();
@@ -68,7 +70,24 @@ export class TieredCache {
    */
   set(key: string, entry: CacheEntry): Promise<void> {
     this.memory.store(key, entry);
-    return this.#addGzipAndShare(key, entry);
+    // Redis stores the gzip variant, so with Redis it is made at once (in the background); a
+    // memory-only cache makes it when the first client that accepts gzip asks (ensureGzip).
+    return this.redis ? this.#addGzipAndShare(key, entry) : Promise.resolve();
+  }
+
+  /**
+   * Makes the gzip variant of the entry under `key` in the background, once, for clients that
+   * accept gzip: this answer goes out as identity, the next ones compressed.
+   */
+  ensureGzip(key: string, entry: CacheEntry): void {
+    if (entry.gzip !== undefined || this.#compressing.has(entry)) return;
+    this.#compressing.add(entry);
+    withGzipVariant(entry).then(
+      (withGzip) => {
+        if (withGzip !== entry && this.memory.peek(key) === entry) this.memory.store(key, withGzip);
+      },
+      () => undefined, // no variant: identity it stays
+    );
   }
 
   /** Keeps an entry another replica stored in Redis in this replica's memory too (no Redis write). */

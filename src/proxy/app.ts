@@ -70,6 +70,8 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     loggerInstance: deps.logger as FastifyBaseLogger,
     // One debug line per request comes from our own hook (below), with the cache outcome in it.
     logController: new LogController({ disableRequestLogging: true }),
+    // No child logger per request: nothing logs per request but `record`, which names what it needs.
+    childLoggerFactory: (logger) => logger,
     // The cacheable path parses its own query string (normalize.ts); skip fastify's parse.
     routerOptions: { querystringParser: () => EMPTY_QUERY, ignoreTrailingSlash: true },
     return503OnClosing: true,

@@ -14,14 +14,14 @@ import type { OperationId } from '../api/catalogue.js';
 import { ageSeconds, ttlSeconds, type CacheEntry } from '../cache/entry.js';
 import { ADMIN_SCOPE } from '../cache/key.js';
 import { matchesIfNoneMatch, CACHE_NAME } from './headers.js';
-import { representationHeaders, selectRepresentation } from './encoding.js';
+import { acceptsGzip, representationHeaders, selectRepresentation, type Representation } from './encoding.js';
 import type { IdentityResolver } from './identity.js';
 import type { RouteMemo } from './route-memo.js';
 
 export interface HitPathDeps {
   readonly routes: RouteMemo;
   readonly identity: IdentityResolver;
-  readonly cache: { peek(key: string, now?: number): CacheEntry | undefined };
+  readonly cache: { peek(key: string, now?: number): CacheEntry | undefined; ensureGzip(key: string, entry: CacheEntry): void };
   readonly now: () => number;
   /** Called once per hit, with the operation and the caller's user id (metrics, debug log). */
   readonly onHit: (operation: OperationId, userId: number, req: IncomingMessage) => void;
@@ -49,19 +49,49 @@ export function makeHitPath(d: HitPathDeps): HitPath {
       if (!identity.isVerifiedAdmin(caller, t)) return false;
       scope = ADMIN_SCOPE;
     }
-    const entry = cache.peek(scope + info.suffix, t);
+    const key = scope + info.suffix;
+    const entry = cache.peek(key, t);
     if (entry === undefined || t >= entry.freshUntil) return false;
 
-    const rep = selectRepresentation(entry, headers['accept-encoding']);
+    const acceptEncoding = headers['accept-encoding'];
+    if (entry.gzip === undefined && acceptsGzip(acceptEncoding)) cache.ensureGzip(key, entry);
+    const rep = selectRepresentation(entry, acceptEncoding);
     if (rep === undefined) return false;
     const ifNoneMatch = headers['if-none-match'];
     const notModified = ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, rep.etag);
-    const out = representationHeaders(entry, rep, notModified);
-    out.push('age', String(ageSeconds(entry, t)), 'cache-status', `${CACHE_NAME}; hit; ttl=${ttlSeconds(entry, t)}; detail=memory`);
-    res.writeHead(notModified ? 304 : entry.status, out);
+    res.writeHead(notModified ? 304 : entry.status, notModified ? buildHead(entry, rep, t, true) : headFor(entry, rep, t));
     if (notModified || method === 'HEAD') res.end();
     else res.end(rep.body);
     onHit(op.id, caller.userId, req);
     return true;
   };
+}
+
+/**
+ * The response head of an entry changes only when its Age or remaining ttl (whole seconds) does:
+ * it is built once per second per entry and representation, and reused by every hit in between
+ * (node's writeHead reads the list and keeps no reference to it).
+ */
+interface HeadCache {
+  readonly age: number;
+  readonly ttl: number;
+  identity?: string[];
+  gzip?: string[];
+}
+
+const heads = new WeakMap<CacheEntry, HeadCache>();
+
+function headFor(entry: CacheEntry, rep: Representation, t: number): string[] {
+  const age = ageSeconds(entry, t);
+  const ttl = ttlSeconds(entry, t);
+  let cached = heads.get(entry);
+  if (cached === undefined || cached.age !== age || cached.ttl !== ttl) heads.set(entry, (cached = { age, ttl }));
+  if (rep.gzip) return (cached.gzip ??= buildHead(entry, rep, t, false));
+  return (cached.identity ??= buildHead(entry, rep, t, false));
+}
+
+function buildHead(entry: CacheEntry, rep: Representation, t: number, notModified: boolean): string[] {
+  const out = representationHeaders(entry, rep, notModified);
+  out.push('age', String(ageSeconds(entry, t)), 'cache-status', `${CACHE_NAME}; hit; ttl=${ttlSeconds(entry, t)}; detail=memory`);
+  return out;
 }

@@ -62,6 +62,8 @@ export interface ReadCache {
   /** Keeps in memory an entry that already is in the shared tier. */
   promote(key: string, entry: CacheEntry): void;
   delete(key: string): Promise<void>;
+  /** Makes the entry's gzip variant in the background, for clients that accept gzip. */
+  ensureGzip(key: string, entry: CacheEntry): void;
 }
 
 /** Cross-replica fill lock (the Redis tier): one replica fills, the others wait for its result. */

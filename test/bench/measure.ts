@@ -2,6 +2,7 @@
  * One throughput measurement of one server: check it answers the page right, warm it up, then
  * wrk for a fixed time while reading how much CPU the server's process group used.
  */
+import { gunzipSync } from 'node:zlib';
 import { request } from 'undici';
 import { coreBusyPct, coreTimes, groupCpuSeconds } from './procs.js';
 import { LOAD_CPU, SERVER_CPU, type Server } from './servers.js';
@@ -22,9 +23,12 @@ export interface Fetched {
   readonly headers: Record<string, string | string[] | undefined>;
 }
 
-export async function fetchPage(url: string, token: string | undefined): Promise<Fetched> {
-  const res = await request(url, { headers: token === undefined ? {} : { authorization: `Bearer ${token}` } });
-  return { status: res.statusCode, body: Buffer.from(await res.body.arrayBuffer()), headers: res.headers };
+export async function fetchPage(url: string, token: string | undefined, extra: Record<string, string> = {}): Promise<Fetched> {
+  const res = await request(url, { headers: { ...(token === undefined ? {} : { authorization: `Bearer ${token}` }), ...extra } });
+  const raw = Buffer.from(await res.body.arrayBuffer());
+  // The body as the client reads it: a gzip answer is decoded, so it compares with the page.
+  const body = res.headers['content-encoding'] === 'gzip' ? gunzipSync(raw) : raw;
+  return { status: res.statusCode, body, headers: res.headers };
 }
 
 export function header(f: Fetched, name: string): string {
@@ -33,8 +37,8 @@ export function header(f: Fetched, name: string): string {
 }
 
 /** Throws unless `server` answers the page with 200 and the reference body's length. */
-export async function assertServesPage(server: Server, page: Page): Promise<Fetched> {
-  const got = await fetchPage(server.url + page.path, page.token);
+export async function assertServesPage(server: Server, page: Page, extra: Record<string, string> = {}): Promise<Fetched> {
+  const got = await fetchPage(server.url + page.path, page.token, extra);
   if (got.status !== 200 || got.body.length !== page.body.length) {
     throw new Error(`${server.name} answered ${got.status} with ${got.body.length} bytes, expected 200 with ${page.body.length}: ${got.body.subarray(0, 200).toString()}`);
   }
@@ -78,6 +82,8 @@ export interface LoadOptions {
    * machine's drift (a noisy neighbour, frequency changes) then falls on all of them alike.
    */
   readonly rounds: number;
+  /** Extra request headers of every client, e.g. `{ 'accept-encoding': 'gzip' }` (browsers, SDKs). */
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 interface Slice {
@@ -87,8 +93,8 @@ interface Slice {
   readonly busy: Record<number, number>;
 }
 
-async function measureSlice(server: Server, page: Page, connections: number, durationS: number): Promise<Slice> {
-  const headers = { authorization: `Bearer ${page.token}` };
+async function measureSlice(server: Server, page: Page, connections: number, durationS: number, extra: Readonly<Record<string, string>> = {}): Promise<Slice> {
+  const headers = { authorization: `Bearer ${page.token}`, ...extra };
   const cpuBefore = groupCpuSeconds(server.proc.pid);
   const coresBefore = coreTimes();
   const t0 = performance.now();
@@ -110,16 +116,17 @@ const sum = (xs: number[]): number => xs.reduce((a, b) => a + b, 0);
  */
 export async function compareHits(servers: readonly Server[], page: Page, load: LoadOptions): Promise<HitFigures[]> {
   const first = new Map<Server, Fetched>();
-  for (const server of servers) first.set(server, await assertServesPage(server, page));
+  const extra = load.headers ?? {};
+  for (const server of servers) first.set(server, await assertServesPage(server, page, extra));
   if (load.warmupS > 0) {
-    for (const server of servers) await measureSlice(server, page, load.connections, load.warmupS);
+    for (const server of servers) await measureSlice(server, page, load.connections, load.warmupS, extra);
   }
   const slices = new Map<Server, Slice[]>(servers.map((s) => [s, []]));
   const sliceS = Math.max(1, Math.round(load.durationS / load.rounds));
   for (let round = 0; round < load.rounds; round++) {
     for (let i = 0; i < servers.length; i++) {
       const server = servers[(i + round) % servers.length]!;
-      slices.get(server)!.push(await measureSlice(server, page, load.connections, sliceS));
+      slices.get(server)!.push(await measureSlice(server, page, load.connections, sliceS, extra));
     }
   }
   return servers.map((server) => {

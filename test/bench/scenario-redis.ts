@@ -22,6 +22,8 @@ export interface StoredSize {
 
 export interface RedisScenario {
   readonly rows: (HitFigures & { detail: string })[];
+  /** The same memory and Redis hits for clients that accept gzip (browsers, curl --compressed, SDKs). */
+  readonly gzipRows: HitFigures[];
   /** Page requests that reached the emulator during the measurement, all four servers together. */
   readonly upstreamDuringRun: number;
   readonly sizes: StoredSize[];
@@ -63,6 +65,7 @@ export async function runRedisScenario(emulator: Emulator, page: Page, load: Loa
   const servers: [Server, string][] = [];
   const sizes: StoredSize[] = [];
   let figures: HitFigures[];
+  let gzipFigures: HitFigures[];
   let upstreamDuringRun: number;
   try {
     servers.push([await startTmCache(emulator.url, { name: 'tm-cache, memory only' }), 'memory']);
@@ -76,6 +79,8 @@ export async function runRedisScenario(emulator: Emulator, page: Page, load: Loa
     sizes.push(...(await storedSizes(redis, 'tmce:', true, page.body.length)));
     await emulator.resetStats();
     figures = await compareHits(servers.map(([s]) => s), page, load);
+    // Clients that accept gzip: the memory tier sends its gzip variant, the Redis tier the stored bytes.
+    gzipFigures = await compareHits([servers[1]![0], servers[2]![0]], page, { ...load, headers: { 'accept-encoding': 'gzip' } });
     upstreamDuringRun = (await emulator.stats()).by_route[RUNS_ROUTE] ?? 0;
     for (const [server, tier] of servers) {
       const after = header(await fetchPage(server.url + page.path, page.token), 'cache-status');
@@ -113,14 +118,26 @@ export async function runRedisScenario(emulator: Emulator, page: Page, load: Loa
     ['stored by', 'encrypted', 'raw body B', 'STRLEN B', 'MEMORY USAGE B', 'raw ÷ stored'],
     sizes.map((s) => [s.prefix === 'tmc:' ? 'tm-cache serve' : 'redis-hit server', s.encrypted ? 'yes' : 'no', page.body.length, s.strlen, s.memoryUsage, fmt(s.ratio)]),
   );
+  const gzipRows = gzipFigures.map((f) => ({ ...f, name: `${f.name} (gzip client)` }));
+  printTable(
+    '4c. The same hits for clients that send Accept-Encoding: gzip (browsers, curl --compressed, python-requests, undici)',
+    ['server', 'req/s', 'rounds req/s', 'p50 ms', 'p99 ms', 'server CPU %', 'CPU µs/req', '1-core req/s', 'errors'],
+    gzipRows.map((r) => [r.name, fmt(r.rps, 0), r.roundRps.map((x) => (x / 1000).toFixed(1) + 'k').join(' '), fmt(r.p50Ms), fmt(r.p99Ms), fmt(r.cpuPct, 0), fmt(r.cpuUsPerReq, 1), fmt(r.capacityRps, 0), r.errors]),
+    ['Both send the stored gzip bytes (Content-Encoding: gzip); neither decodes nor encodes on the hit.', ...noiseNote(noisyRows(gzipRows))],
+  );
+  const gzipMemory = gzipRows[0];
+  const gzipRedis = gzipRows[1];
   const plain = sizes.find((s) => !s.encrypted);
   return {
     rows,
+    gzipRows,
     sizes,
     upstreamDuringRun,
     checks: [
       ratioCheck('redis: redis-tier hit ÷ memory-tier hit (req/s)', div(redisHit, memoryWithRedis), 0.5),
       ratioCheck('redis: redis-tier hit ÷ memory-tier hit (1-core)', div(cap('tm-cache redis-hit'), cap('tm-cache + redis, memory hit')), 0.5),
+      ratioCheck('redis, gzip clients: redis-tier hit ÷ memory-tier hit (req/s)', div(gzipRedis?.rps, gzipMemory?.rps), 0.5),
+      ratioCheck('redis, gzip clients: redis-tier hit ÷ identity memory-tier hit (req/s)', div(gzipRedis?.rps, memoryWithRedis), undefined),
       ratioCheck('redis: encrypted redis hit ÷ plain redis hit', div(rps('tm-cache redis-hit (encrypted)'), redisHit), undefined),
       ratioCheck('redis: compression (raw ÷ stored)', plain?.ratio, 3),
       ratioCheck('redis: memory hit with redis ÷ without (req/s)', div(memoryWithRedis, memoryOnly), 0.95),
