@@ -28,7 +28,7 @@ import { UpstreamError, type Upstream, type UpstreamResponse } from '../upstream
 import { IdentityResolver, type Caller, type SharedStore } from './identity.js';
 import { ageHeader, cacheStatus, matchesIfNoneMatch, wantsRevalidation } from './headers.js';
 import { ReadThrough, relayedHeaders, type CacheOutcome, type FillLock, type FillResult, type ReadCache, type Served } from './read-through.js';
-import { resolveRoute, type RouteInfo, RouteMemo } from './route-memo.js';
+import { keyFor, resolveRoute, type RouteInfo, RouteMemo } from './route-memo.js';
 import { makeHitPath, type HitPath } from './hit-path.js';
 import { representationHeaders, selectRepresentation } from './encoding.js';
 
@@ -215,7 +215,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     }
     const op = info.req.op;
     const verified = !op.adminOnly || identity.isVerifiedAdmin(caller, t);
-    const key = makeKey(op.adminOnly && verified ? ADMIN_SCOPE : caller.scope, info.suffix);
+    const key = keyFor(info, op.adminOnly && verified ? ADMIN_SCOPE : caller.scope);
     const noCache = honorNoCache && wantsRevalidation(request.headers['cache-control'], request.headers.pragma);
     if (!noCache) {
       const entry = deps.cache.peek(key);
@@ -226,7 +226,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     }
     // A caller not yet verified as admin never reads the shared admin entries: their request goes
     // upstream under their own token (coalesced only with their own), and a 200 verifies them.
-    const storeKey = op.adminOnly ? makeKey(ADMIN_SCOPE, info.suffix) : key;
+    const storeKey = op.adminOnly ? keyFor(info, ADMIN_SCOPE) : key;
     const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache });
     record(request, served.outcome, op.id, caller);
     return sendServed(request, reply, served);

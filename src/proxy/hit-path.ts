@@ -11,12 +11,12 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { OperationId } from '../api/catalogue.js';
-import { ageSeconds, ttlSeconds, type CacheEntry } from '../cache/entry.js';
+import { ageSeconds, readBody, ttlSeconds, type CacheEntry } from '../cache/entry.js';
 import { ADMIN_SCOPE } from '../cache/key.js';
 import { matchesIfNoneMatch, CACHE_NAME } from './headers.js';
-import { acceptsGzip, representationHeaders, selectRepresentation, type Representation } from './encoding.js';
+import { acceptsGzip, representationHeaders, type Representation } from './encoding.js';
 import type { IdentityResolver } from './identity.js';
-import type { RouteMemo } from './route-memo.js';
+import { keyFor, type RouteMemo } from './route-memo.js';
 
 export interface HitPathDeps {
   readonly routes: RouteMemo;
@@ -49,19 +49,24 @@ export function makeHitPath(d: HitPathDeps): HitPath {
       if (!identity.isVerifiedAdmin(caller, t)) return false;
       scope = ADMIN_SCOPE;
     }
-    const key = scope + info.suffix;
+    const key = keyFor(info, scope);
     const entry = cache.peek(key, t);
     if (entry === undefined || t >= entry.freshUntil) return false;
 
     const acceptEncoding = headers['accept-encoding'];
     if (entry.gzip === undefined && acceptsGzip(acceptEncoding)) cache.ensureGzip(key, entry);
-    const rep = selectRepresentation(entry, acceptEncoding);
-    if (rep === undefined) return false;
+    const gzip = entry.gzip !== undefined && acceptsGzip(acceptEncoding);
+    const body = gzip ? entry.gzip! : readBody(entry);
+    if (body === undefined) return false;
     const ifNoneMatch = headers['if-none-match'];
-    const notModified = ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, rep.etag);
-    res.writeHead(notModified ? 304 : entry.status, notModified ? buildHead(entry, rep, t, true) : headFor(entry, rep, t));
-    if (notModified || method === 'HEAD') res.end();
-    else res.end(rep.body);
+    if (ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, gzip ? entry.gzipEtag! : entry.etag)) {
+      res.writeHead(304, buildHead(entry, { body, etag: gzip ? entry.gzipEtag! : entry.etag, gzip }, t, true));
+      res.end();
+    } else {
+      res.writeHead(entry.status, headFor(entry, gzip, body, t));
+      if (method === 'HEAD') res.end();
+      else res.end(body);
+    }
     onHit(op.id, caller.userId, req);
     return true;
   };
@@ -81,13 +86,13 @@ interface HeadCache {
 
 const heads = new WeakMap<CacheEntry, HeadCache>();
 
-function headFor(entry: CacheEntry, rep: Representation, t: number): string[] {
+function headFor(entry: CacheEntry, gzip: boolean, body: Buffer, t: number): string[] {
   const age = ageSeconds(entry, t);
   const ttl = ttlSeconds(entry, t);
   let cached = heads.get(entry);
   if (cached === undefined || cached.age !== age || cached.ttl !== ttl) heads.set(entry, (cached = { age, ttl }));
-  if (rep.gzip) return (cached.gzip ??= buildHead(entry, rep, t, false));
-  return (cached.identity ??= buildHead(entry, rep, t, false));
+  if (gzip) return (cached.gzip ??= buildHead(entry, { body, etag: entry.gzipEtag!, gzip }, t, false));
+  return (cached.identity ??= buildHead(entry, { body, etag: entry.etag, gzip }, t, false));
 }
 
 function buildHead(entry: CacheEntry, rep: Representation, t: number, notModified: boolean): string[] {

@@ -8,7 +8,7 @@
 import { matchRoute } from '../api/route.js';
 import { normalizeRequest, type CanonicalRequest } from '../api/normalize.js';
 import { ValidationError } from '../api/errors.js';
-import { makeKeySuffix } from '../cache/key.js';
+import { makeKey, makeKeySuffix, type Scope } from '../cache/key.js';
 
 export type RouteInfo =
   /** Not one of the 19 catalogued operations: forwarded untouched. */
@@ -17,7 +17,16 @@ export type RouteInfo =
   | { readonly kind: 'bypass'; readonly unknown: readonly string[] }
   /** Catalogued with an invalid parameter: answered locally once the caller is authenticated. */
   | { readonly kind: 'invalid'; readonly error: ValidationError }
-  | { readonly kind: 'cacheable'; readonly req: CanonicalRequest; readonly suffix: string };
+  | {
+      readonly kind: 'cacheable';
+      readonly req: CanonicalRequest;
+      readonly suffix: string;
+      /**
+       * scope → the full key, made once: the hit path then looks up the same string object every
+       * time (V8 keeps its hash), instead of concatenating and hashing a new one per request.
+       */
+      readonly keys: Map<string, string>;
+    };
 
 const PASSTHROUGH: RouteInfo = Object.freeze({ kind: 'passthrough' });
 
@@ -29,12 +38,25 @@ export function resolveRoute(url: string): RouteInfo {
     if (match === undefined) return PASSTHROUGH;
     const req = normalizeRequest(match.op, match.ids, q < 0 ? '' : url.slice(q + 1));
     if (req.unknown.length > 0) return { kind: 'bypass', unknown: req.unknown };
-    return { kind: 'cacheable', req, suffix: makeKeySuffix(req) };
+    return { kind: 'cacheable', req, suffix: makeKeySuffix(req), keys: new Map() };
   } catch (err) {
     if (err instanceof ValidationError) return { kind: 'invalid', error: err };
     throw err;
   }
 }
+
+/** The cache key of a cacheable route for a scope (`u:42`, `admin`). */
+export function keyFor(info: Extract<RouteInfo, { kind: 'cacheable' }>, scope: string): string {
+  let key = info.keys.get(scope);
+  if (key === undefined) {
+    key = makeKey(scope as Scope, info.suffix);
+    if (info.keys.size >= MAX_KEYS_PER_ROUTE) info.keys.clear();
+    info.keys.set(scope, key);
+  }
+  return key;
+}
+
+const MAX_KEYS_PER_ROUTE = 1_000;
 
 export class RouteMemo {
   private readonly memo = new Map<string, RouteInfo>();
