@@ -9,11 +9,11 @@
  *   brotli q1        14296    6.5        190        218
  *   brotli q3        12707    7.3        337         73
  *   brotli q4        12185    7.6        522         69
- *   brotli q5        10549    8.8        939         64   <- chosen
+ *   brotli q5        10549    8.8        939         64   <- first choice
  *   brotli q6        10289    9.0       1038         61
  *   brotli q9         9988    9.3       9168         59
  *   brotli q11        8944   10.4     100377         84
- *   gzip 1 / 6 / 9   15437 / 11704 / 10923 (6.0 / 7.9 / 8.5), encode 228 / 699 / 1240, decode ~60
+ *   gzip 1 / 6 / 9   15437 / 11704 / 10923 (6.0 / 7.9 / 8.5), encode 228 / 699 / 1240, decode ~60   <- gzip 6 chosen
  *   deflateRaw 6     11686    7.9        671         42
  *   lz4 (lz4-napi)   20919    4.4         47         17
  *   zstd 1 / 3 / 6   12678 / 12370 / 11440 (7.3 / 7.5 / 8.1), encode 82 / 96 / 590, decode ~34
