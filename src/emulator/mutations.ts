@@ -29,12 +29,22 @@ function conflict(field: string, message: string): never {
   throw new ControlError(409, field, message);
 }
 
+/** Applies a change made by the acting user now: the given fields plus updated_at/by. */
+function change<T extends { updated_at: number | null; updated_by: number | null }>(
+  state: EmulatorState,
+  body: Body,
+  item: T,
+  fields: (at: number, by: number) => Partial<T>,
+): void {
+  const by = actor(state, body);
+  const at = state.clock.tick();
+  Object.assign(item, fields(at, by), { updated_at: at, updated_by: by });
+}
+
 const closeRun: Mutation = (state, body) => {
   const run = mustFind(state.data.runs, body, 'run_id');
   if (run.is_closed) conflict('run_id', `Run ${run.id} is already closed.`);
-  const by = actor(state, body);
-  const at = state.clock.tick();
-  Object.assign(run, { is_closed: true, closed_at: at, closed_by: by, updated_at: at, updated_by: by });
+  change(state, body, run, (at, by) => ({ is_closed: true, closed_at: at, closed_by: by }));
   state.memo.forget('run', run.id);
   return runObject(state.data, run);
 };
@@ -42,9 +52,7 @@ const closeRun: Mutation = (state, body) => {
 const closeSession: Mutation = (state, body) => {
   const s = mustFind(state.data.sessions, body, 'session_id');
   if (s.is_closed) conflict('session_id', `Session ${s.id} is already closed.`);
-  const by = actor(state, body);
-  const at = state.clock.tick();
-  Object.assign(s, { is_closed: true, closed_at: at, closed_by: by, updated_at: at, updated_by: by });
+  change(state, body, s, (at, by) => ({ is_closed: true, closed_at: at, closed_by: by }));
   state.memo.forget('session', s.id);
   return sessionObject(state.data, s);
 };
@@ -52,9 +60,7 @@ const closeSession: Mutation = (state, body) => {
 const completeMilestone: Mutation = (state, body) => {
   const m = mustFind(state.data.milestones, body, 'milestone_id');
   if (m.is_completed) conflict('milestone_id', `Milestone ${m.id} is already completed.`);
-  const by = actor(state, body);
-  const at = state.clock.tick();
-  Object.assign(m, { is_completed: true, completed_at: at, updated_at: at, updated_by: by });
+  change(state, body, m, (at) => ({ is_completed: true, completed_at: at }));
   state.memo.forget('milestone', m.id);
   state.memo.forget('project', m.project_id); // its milestone counters changed
   return milestoneObject(m);
@@ -95,8 +101,7 @@ const addResult: Mutation = (state, body) => {
 const renameProject: Mutation = (state, body) => {
   const p = mustFind(state.data.projects, body, 'project_id');
   const name = stringField(body, 'name');
-  const by = actor(state, body);
-  Object.assign(p, { name, updated_at: state.clock.tick(), updated_by: by });
+  change(state, body, p, () => ({ name }));
   state.memo.forget('project', p.id);
   return projectObject(state.data, p);
 };

@@ -14,6 +14,7 @@ import {
   RESOURCE_NAMES,
 } from '../../src/config/load.js';
 import { DEFAULT_CONFIG, type Config } from '../../src/config/schema.js';
+import { keysWithoutComment } from '../helpers/yaml-comments.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const DEFAULT_YAML = join(ROOT, 'config/default.yaml');
@@ -56,17 +57,6 @@ function get(config: unknown, path: string): unknown {
   return path.split('.').reduce<unknown>((node, key) => (node as Record<string, unknown>)[key], config);
 }
 
-/** Lines declaring a key that neither have a trailing comment nor follow a comment line. */
-function keysWithoutComment(text: string): string[] {
-  const lines = text.split('\n');
-  const missing: string[] = [];
-  lines.forEach((line, i) => {
-    if (!/^\s*[A-Za-z_][\w-]*:/.test(line) || /\s#\s/.test(line)) return;
-    const previous = lines.slice(0, i).reverse().find((l) => l.trim() !== '');
-    if (previous === undefined || !previous.trim().startsWith('#')) missing.push(`line ${i + 1}: ${line.trim()}`);
-  });
-  return missing;
-}
 
 describe('defaults', () => {
   it('are DEFAULT_CONFIG when nothing is set', () => {

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { CONFIG_FILE_ENV, CONFIG_OVERRIDES } from '../../src/config/load.js';
+import { keysWithoutComment } from '../helpers/yaml-comments.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CHART = join(ROOT, 'helm/tm-cache');
@@ -98,17 +99,6 @@ function hasPath(tree: unknown, path: string): boolean {
   return true;
 }
 
-/** Lines declaring a key that neither have a trailing comment nor follow a comment line. */
-function keysWithoutComment(text: string): string[] {
-  const lines = text.split('\n');
-  const missing: string[] = [];
-  lines.forEach((line, i) => {
-    if (!/^\s*[A-Za-z_][\w-]*:/.test(line) || /\s#\s/.test(line)) return;
-    const previous = lines.slice(0, i).reverse().find((l) => l.trim() !== '');
-    if (previous === undefined || !previous.trim().startsWith('#')) missing.push(`line ${i + 1}: ${line.trim()}`);
-  });
-  return missing;
-}
 
 describe('Chart.yaml', () => {
   it('describes a v2 application chart named tm-cache with a semver version', () => {
