@@ -58,7 +58,8 @@ export type FillResult =
 export interface ReadCache {
   peek(key: string, now?: number): CacheEntry | undefined;
   get(key: string): Promise<{ entry: CacheEntry; tier: TierName } | undefined>;
-  set(key: string, entry: CacheEntry): void;
+  /** Stores in memory at once; the promise is the shared (Redis) write, which never rejects. */
+  set(key: string, entry: CacheEntry): Promise<void> | void;
   /** Keeps in memory an entry that already is in the shared tier. */
   promote(key: string, entry: CacheEntry): void;
   delete(key: string): Promise<void>;
@@ -226,14 +227,16 @@ export class ReadThrough {
       }
       return this.fetchAndStore(r);
     }
+    let shared: Promise<void> | void = undefined;
     try {
-      return await this.fetchAndStore(r);
+      return await this.fetchAndStore(r, (write) => (shared = write));
     } finally {
-      void lock.unlock(r.key, token);
+      // Released once the entry is in Redis, so that a replica waiting on the lock finds it there.
+      void Promise.resolve(shared).then(() => lock.unlock(r.key, token));
     }
   }
 
-  private async fetchAndStore(r: ReadRequest): Promise<FillResult> {
+  private async fetchAndStore(r: ReadRequest, onShared?: (write: Promise<void> | void) => void): Promise<FillResult> {
     const path = makePath(r.req.op, r.req.ids) + (r.req.query === '' ? '' : `?${r.req.query}`);
     const res = await this.o.upstream.get(path, { authorization: r.authorization, accept: 'application/json' });
     if (res.status !== 200) {
@@ -245,7 +248,10 @@ export class ReadThrough {
     if (r.req.op.adminOnly) this.o.identity.markAdmin(r.caller);
     const entry = this.makeEntry(r.req, res);
     const storable = entry.body.length <= this.o.maxEntryBytes;
-    if (storable) this.o.cache.set(r.key, entry);
+    if (storable) {
+      const write = this.o.cache.set(r.key, entry);
+      onShared?.(write);
+    }
     return { kind: 'entry', entry, stored: storable };
   }
 
