@@ -99,6 +99,15 @@ export class MemoryTier implements CacheTier {
     return true;
   }
 
+  /**
+   * Swaps `next` in for `current` under `key` (e.g. the same answer with its gzip variant), only if
+   * `current` is still what the key holds and `next` fits; otherwise leaves the key alone.
+   */
+  replace(key: string, current: CacheEntry, next: CacheEntry): boolean {
+    if (entrySizeBytes(next) > this.maxEntryBytes || this.#lru.peek(key) !== current) return false;
+    return this.store(key, next);
+  }
+
   async set(key: string, entry: CacheEntry): Promise<void> {
     this.store(key, entry);
   }

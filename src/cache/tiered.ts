@@ -84,7 +84,7 @@ export class TieredCache {
     this.#compressing.add(entry);
     withGzipVariant(entry).then(
       (withGzip) => {
-        if (withGzip !== entry && this.memory.peek(key) === entry) this.memory.store(key, withGzip);
+        if (withGzip !== entry) this.memory.replace(key, entry, withGzip);
       },
       () => undefined, // no variant: identity it stays
     );
@@ -136,7 +136,7 @@ export class TieredCache {
     } catch {
       // zlib failing is no reason to lose the entry: it is kept and shared without the variant.
     }
-    if (shared !== entry && this.memory.peek(key) === entry) this.memory.store(key, shared);
+    if (shared !== entry) this.memory.replace(key, entry, shared);
     await this.redis?.set(key, shared);
   }
 

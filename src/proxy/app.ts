@@ -30,7 +30,7 @@ import { ageHeader, cacheStatus, matchesIfNoneMatch, wantsRevalidation } from '.
 import { ReadThrough, relayedHeaders, type CacheOutcome, type FillLock, type FillResult, type ReadCache, type Served } from './read-through.js';
 import { keyFor, resolveRoute, type RouteInfo, RouteMemo } from './route-memo.js';
 import { makeHitPath, type HitPath } from './hit-path.js';
-import { representationHeaders, selectRepresentation } from './encoding.js';
+import { acceptsGzip, representationHeaders, selectRepresentation } from './encoding.js';
 
 /** The cache as the app sees it: read-through operations plus invalidation. */
 export interface ProxyCache extends ReadCache {
@@ -228,6 +228,9 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     // upstream under their own token (coalesced only with their own), and a 200 verifies them.
     const storeKey = op.adminOnly ? keyFor(info, ADMIN_SCOPE) : key;
     const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache });
+    if (served.kind === 'entry' && served.entry.gzip === undefined && acceptsGzip(request.headers['accept-encoding'])) {
+      deps.cache.ensureGzip(storeKey, served.entry);
+    }
     record(request, served.outcome, op.id, caller);
     return sendServed(request, reply, served);
   }

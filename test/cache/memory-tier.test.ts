@@ -7,6 +7,22 @@ import { makeClock, tierContract } from './tier-contract.js';
 tierContract('MemoryTier', async ({ clock, maxEntryBytes }) => new MemoryTier({ now: clock.now, maxEntryBytes }));
 
 describe('MemoryTier', () => {
+  it('swaps in a richer copy of an entry only while the key still holds it and the copy fits', () => {
+    const clock = makeClock();
+    const tier = new MemoryTier({ now: clock.now, maxEntryBytes: 4_000 + ENTRY_OVERHEAD_BYTES });
+    const entry = makeEntry(clock.now(), { body: Buffer.alloc(3_000) });
+    tier.store('k', entry);
+    const withVariant = { ...entry, gzip: Buffer.alloc(500) };
+    expect(tier.replace('k', entry, withVariant)).toBe(true);
+    expect(tier.peek('k')).toBe(withVariant);
+    // Not the entry it holds any more: left alone.
+    expect(tier.replace('k', entry, { ...entry, gzip: Buffer.alloc(10) })).toBe(false);
+    expect(tier.peek('k')).toBe(withVariant);
+    // Too large with the variant: the entry it has is kept, not dropped.
+    expect(tier.replace('k', withVariant, { ...entry, gzip: Buffer.alloc(2_000) })).toBe(false);
+    expect(tier.peek('k')).toBe(withVariant);
+  });
+
   it('answers peek synchronously with the very object stored', () => {
     const clock = makeClock();
     const tier = new MemoryTier({ now: clock.now });
