@@ -12,7 +12,13 @@ export interface ReadinessCheck {
   check(): { status: 'ok' | 'degraded' | 'down'; detail?: string };
 }
 
-export function buildManagement(metrics: Metrics, checks: readonly ReadinessCheck[]): FastifyInstance {
+export interface Management {
+  readonly app: FastifyInstance;
+  /** From now on /readyz answers 503 `draining`, so load balancers stop sending traffic. */
+  startDraining(): void;
+}
+
+export function buildManagement(metrics: Metrics, checks: readonly ReadinessCheck[]): Management {
   const app = fastify({ logger: false });
   let draining = false;
   app.get('/healthz', async () => ({ status: 'ok' }));
@@ -28,8 +34,10 @@ export function buildManagement(metrics: Metrics, checks: readonly ReadinessChec
     reply.header('content-type', metrics.registry.contentType);
     return metrics.registry.metrics();
   });
-  app.decorate('startDraining', () => {
-    draining = true;
-  });
-  return app;
+  return {
+    app,
+    startDraining: () => {
+      draining = true;
+    },
+  };
 }

@@ -250,7 +250,6 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   app.addHook('onClose', async () => {
     await deps.upstream.close();
   });
-  app.decorate('tmCache', { identity, readThrough, routes });
   return app;
 }
 

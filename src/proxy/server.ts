@@ -69,7 +69,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
       check: () => (redis.healthy() ? { status: 'ok' } : { status: 'degraded', detail: `redis ${redis.status().connection}: serving from memory` }),
     });
   }
-  const management = buildManagement(metrics, checks);
+  const { app: management, startDraining } = buildManagement(metrics, checks);
   const url = await app.listen({ host: config.server.host, port: config.server.port });
   const managementUrl = await management.listen({ host: config.server.managementHost, port: config.server.managementPort });
 
@@ -79,7 +79,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     app,
     cache,
     close: async () => {
-      (management as unknown as { startDraining(): void }).startDraining();
+      startDraining();
       // Keep-alive connections that finish their last response after close() began stay open
       // until their keep-alive timeout; close them as they go idle, and all of them at the deadline.
       const sweeper = setInterval(() => app.server.closeIdleConnections(), 50);
