@@ -5,7 +5,6 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -170,17 +169,7 @@ export function installCleanup(): void {
 }
 
 /** A port that was free a moment ago (bind port 0, read it, close). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { findFreePort as freePort } from '../helpers/ports.js';
 
 /** Polls `url` until it answers `expectStatus` (default any < 500), the process dies, or the deadline. */
 export async function waitForHttp(url: string, proc: Proc, options: { timeoutMs?: number; headers?: Record<string, string> } = {}): Promise<void> {

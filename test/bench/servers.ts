@@ -20,13 +20,9 @@ export interface Server {
   readonly proc: Proc;
 }
 
-export interface TokenInfo {
-  readonly token: string;
-  readonly user_id: number;
-  readonly name: string;
-  readonly is_admin: boolean;
-  readonly project_ids: number[];
-}
+import type { TokenInfo } from '../../src/emulator/state.js';
+
+export type { TokenInfo };
 
 export interface Emulator extends Server {
   readonly tokens: TokenInfo[];

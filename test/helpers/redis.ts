@@ -4,8 +4,9 @@
  * (`--save "" --appendonly no`), and every server started here is killed when the test
  * process exits, however it exits.
  */
+import { findFreePort } from './ports.js';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createConnection, createServer } from 'node:net';
+import { createConnection } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface RedisHandle {
@@ -37,17 +38,7 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
   });
 }
 
-export async function findFreePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { findFreePort };
 
 /** One PING over a raw socket; true on `+PONG`. */
 function ping(port: number): Promise<boolean> {
