@@ -11,9 +11,10 @@
  * request itself does. Everything that leaves the process (Redis, logs, metrics, cache keys) only
  * ever sees the HMAC-SHA256 of the credential.
  */
+import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import type { Coalescer } from '../cache/coalesce.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
-import { UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 
 export interface Caller {
   readonly userId: number;
@@ -107,13 +108,12 @@ export class IdentityResolver {
     const shared = await this.options.shared?.getJson<SharedIdentity | null>('identity', credentialId);
     if (shared) return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId) };
 
-    const res = await this.options.upstream.get('/api/v1/user', { authorization, accept: 'application/json' });
+    const res = await this.options.upstream.get('/api/v1/user', { authorization, ...UPSTREAM_HEADERS });
     if (res.status === 200) {
-      const userId = parseUserId(res.body);
-      if (userId !== undefined) {
-        void this.options.shared?.setJson('identity', credentialId, { userId }, this.options.ttlMs);
-        return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId) };
-      }
+      const userId = parseUserId(decodedBody(res));
+      if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
+      void this.options.shared?.setJson('identity', credentialId, { userId }, this.options.ttlMs);
+      return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId) };
     }
     // An instance that fails is not a verdict on the credential: the caller may get stale answers.
     if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);
@@ -143,6 +143,25 @@ export class IdentityResolver {
     // Map iterates in insertion order and remember() re-inserts, so the first key is the oldest.
     const oldest = this.memo.keys().next();
     if (!oldest.done) this.memo.delete(oldest.value);
+  }
+}
+
+/** The body of GET /user, decoded if the instance compressed it although asked not to. */
+function decodedBody(res: UpstreamResponse): Buffer {
+  try {
+    switch (res.headers['content-encoding']) {
+      case 'gzip':
+      case 'x-gzip':
+        return gunzipSync(res.body);
+      case 'deflate':
+        return inflateSync(res.body);
+      case 'br':
+        return brotliDecompressSync(res.body);
+      default:
+        return res.body;
+    }
+  } catch {
+    return Buffer.alloc(0);
   }
 }
 

@@ -23,7 +23,7 @@ import type { Coalescer } from '../cache/coalesce.js';
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import type { TierName } from '../cache/tier.js';
-import { UpstreamError, parseRetryAfterMs, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { UPSTREAM_HEADERS, UpstreamError, parseRetryAfterMs, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, IdentityResolver } from './identity.js';
 
 export type OutcomeKind = 'hit' | 'stale' | 'miss' | 'coalesced' | 'bypass' | 'error';
@@ -111,7 +111,12 @@ interface StaleCandidate {
 const REFUSALS = new Set([401, 403, 404]);
 
 /** Headers of a relayed upstream error worth keeping; Set-Cookie and hop-by-hop never are. */
-const RELAYED_HEADERS = ['content-type', 'www-authenticate', 'retry-after', 'cache-control'] as const;
+const RELAYED_HEADERS = ['content-type', 'content-encoding', 'www-authenticate', 'retry-after', 'cache-control'] as const;
+
+function isEncoded(res: UpstreamResponse): boolean {
+  const coding = res.headers['content-encoding'];
+  return coding !== undefined && coding !== 'identity';
+}
 
 export class ReadThrough {
   private readonly retryAfterUntil = new Map<number, number>();
@@ -238,7 +243,10 @@ export class ReadThrough {
 
   private async fetchAndStore(r: ReadRequest, onShared?: (write: Promise<void> | void) => void): Promise<FillResult> {
     const path = makePath(r.req.op, r.req.ids) + (r.req.query === '' ? '' : `?${r.req.query}`);
-    const res = await this.o.upstream.get(path, { authorization: r.authorization, accept: 'application/json' });
+    const res = await this.o.upstream.get(path, { authorization: r.authorization, ...UPSTREAM_HEADERS });
+    // An answer encoded despite `accept-encoding: identity` is relayed as it is, never stored:
+    // entries hold identity bytes (the gzip variant is made here).
+    if (res.status === 200 && isEncoded(res)) return { kind: 'relay', response: res, credentialId: r.caller.credentialId };
     if (res.status !== 200) {
       // The instance now refuses what we hold (token revoked, access withdrawn, resource gone):
       // drop it everywhere rather than keep serving it stale.

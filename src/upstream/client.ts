@@ -17,6 +17,9 @@ export interface UpstreamResponse {
   readonly body: Buffer;
 }
 
+/** What every upstream request asks for: JSON, as identity bytes the cache can store and encode itself. */
+export const UPSTREAM_HEADERS = { accept: 'application/json', 'accept-encoding': 'identity' } as const;
+
 export type UpstreamErrorCode = 'timeout' | 'connect' | 'reset' | 'queue-full' | 'closed';
 
 export class UpstreamError extends Error {
