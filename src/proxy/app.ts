@@ -146,12 +146,14 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
       return reply.code(502).send(makeErrorBody('A stored answer could not be decoded; it will be fetched again.'));
     }
     const notModified = matchesIfNoneMatch(request.headers['if-none-match'], rep.etag);
-    const list = representationHeaders(entry, rep, notModified);
-    for (let i = 0; i < list.length; i += 2) reply.header(list[i]!, list[i + 1]!);
-    reply.header('age', ageHeader(entry, t));
-    reply.header('cache-status', cacheStatus(outcome, entry, t));
-    if (notModified) return reply.code(304).send();
-    return reply.code(entry.status).send(rep.body);
+    const head = representationHeaders(entry, rep, notModified);
+    head.push('age', ageHeader(entry, t), 'cache-status', cacheStatus(outcome, entry, t));
+    // Stored bytes and a complete head: written as the hit path writes them, without fastify's
+    // send pipeline (onSend hooks, header merging) in between.
+    reply.hijack();
+    reply.raw.writeHead(notModified ? 304 : entry.status, head);
+    reply.raw.end(notModified || request.method === 'HEAD' ? undefined : rep.body);
+    return reply;
   }
 
   function sendRelay(reply: FastifyReply, res: UpstreamResponse, outcome: CacheOutcome): FastifyReply {

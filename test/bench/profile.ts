@@ -8,7 +8,8 @@
  *   npx tsx test/bench/profile.ts miss                     # distinct cold requests, one at a time
  *   npx tsx test/bench/profile.ts bare                     # the bare fastify baseline, for comparison
  *
- * Options: PROFILE_SECONDS (default 10), PROFILE_TOP (default 25), PROFILE_OUT (keep the
+ * Options: PROFILE_SECONDS (default 10), PROFILE_TOP (default 25), PROFILE_ACCEPT_ENCODING (e.g. gzip,
+ * for the load's clients), PROFILE_OUT (keep the
  * .cpuprofile there, e.g. to open it in Chrome DevTools). Bounded in time; every child
  * is killed on exit.
  */
@@ -134,7 +135,9 @@ async function main(): Promise<void> {
     if (mode === 'miss') {
       await missLoad(emulator, server, page);
     } else {
-      const wrk = await runWrk({ url: server.url + path, connections: 32, durationS: SECONDS, headers: { authorization: `Bearer ${page.token}` } });
+      const coding = process.env['PROFILE_ACCEPT_ENCODING'];
+      const extra: Record<string, string> = coding ? { 'accept-encoding': coding } : {};
+      const wrk = await runWrk({ url: server.url + path, connections: 32, durationS: SECONDS, headers: { authorization: `Bearer ${page.token}`, ...extra } });
       console.log(`${mode}: ${wrk.rps.toFixed(0)} req/s under the profiler (sampling slows it down)`);
     }
     await server.proc.stop(10_000); // SIGTERM: a clean exit writes the profile
