@@ -46,6 +46,10 @@ export class TieredCache {
     this.#unsubscribe = this.redis?.onInvalidate((message) => this.#applyRemote(message));
   }
 
+  hasSharedTier(): boolean {
+    return this.redis !== undefined;
+  }
+
   /** Memory only, synchronous: the per-request hit path. */
   peek(key: string, now?: number): CacheEntry | undefined {
     return this.memory.peek(key, now);

@@ -29,12 +29,14 @@ import { IdentityResolver, type Caller, type SharedStore } from './identity.js';
 import { ageHeader, cacheStatus, matchesIfNoneMatch, wantsRevalidation } from './headers.js';
 import { ReadThrough, relayedHeaders, type CacheOutcome, type FillLock, type FillResult, type ReadCache, type Served } from './read-through.js';
 import { keyFor, resolveRoute, type RouteInfo, RouteMemo } from './route-memo.js';
-import { makeHitPath, type HitPath } from './hit-path.js';
+import { makeHitPaths, NOT_LOOKED_UP, type HitPaths } from './hit-path.js';
 import { acceptsGzip, representationHeaders, selectRepresentation } from './encoding.js';
 
 /** The cache as the app sees it: read-through operations plus invalidation. */
 export interface ProxyCache extends ReadCache {
   invalidateTag(tag: string): Promise<unknown>;
+  /** Is there a tier behind memory (Redis)? Then hits are also looked up there before fastify. */
+  hasSharedTier(): boolean;
 }
 
 export interface ProxyDeps {
@@ -60,12 +62,19 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   const now = deps.now ?? Date.now;
   // The fresh-hit fast path runs before fastify sees the request (see hit-path.ts); it is made
   // below, once the identity resolver and the route memo exist.
-  let serveFreshHit: HitPath = () => false;
+  let hits: HitPaths | undefined;
   let closing = false;
+  const useSharedStage = deps.cache.hasSharedTier();
   const app = fastify({
     serverFactory: (handler) =>
       createServer((req, res) => {
-        if (closing || !serveFreshHit(req, res)) handler(req, res);
+        if (closing || hits === undefined) return handler(req, res);
+        if (hits.fresh(req, res)) return;
+        if (!useSharedStage) return handler(req, res);
+        hits.shared(req, res).then(
+          (answered) => answered || handler(req, res),
+          () => handler(req, res),
+        );
       }),
     loggerInstance: deps.logger as FastifyBaseLogger,
     // One debug line per request comes from our own hook (below), with the cache outcome in it.
@@ -105,14 +114,15 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   const onOutcome = deps.onOutcome;
   const logEachRequest = deps.logger.isLevelEnabled('debug');
 
-  serveFreshHit = makeHitPath({
+  hits = makeHitPaths({
     routes,
     identity,
     cache: deps.cache,
     now,
-    onHit: (operation, userId, req) => {
-      onOutcome?.(HIT_MEMORY, operation);
-      if (logEachRequest) deps.logger.debug({ method: req.method, url: req.url, operation, user: userId, outcome: HIT_MEMORY }, 'request');
+    onHit: (operation, tier, userId, req) => {
+      const outcome = tier === 'memory' ? HIT_MEMORY : HIT_REDIS;
+      onOutcome?.(outcome, operation);
+      if (logEachRequest) deps.logger.debug({ method: req.method, url: req.url, operation, user: userId, outcome }, 'request');
     },
   });
   app.addHook('preClose', async () => {
@@ -229,7 +239,9 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     // A caller not yet verified as admin never reads the shared admin entries: their request goes
     // upstream under their own token (coalesced only with their own), and a 200 verifies them.
     const storeKey = op.adminOnly ? keyFor(info, ADMIN_SCOPE) : key;
-    const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache });
+    const looked = hits!.takeSharedLookup(request.raw);
+    const prefetched = looked === NOT_LOOKED_UP ? undefined : { found: looked };
+    const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache, prefetched });
     if (served.kind === 'entry' && served.entry.gzip === undefined && acceptsGzip(request.headers['accept-encoding'])) {
       deps.cache.ensureGzip(storeKey, served.entry);
     }
@@ -256,6 +268,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
 }
 
 const HIT_MEMORY: CacheOutcome = Object.freeze({ kind: 'hit', tier: 'memory' });
+const HIT_REDIS: CacheOutcome = Object.freeze({ kind: 'hit', tier: 'redis' });
 
 function unknownParamsBody(unknown: readonly string[]): ReturnType<typeof makeErrorBody> {
   const errors: Record<string, string[]> = {};

@@ -17,58 +17,113 @@ import { matchesIfNoneMatch, CACHE_NAME } from './headers.js';
 import { acceptsGzip, representationHeaders, type Representation } from './encoding.js';
 import type { IdentityResolver } from './identity.js';
 import { keyFor, type RouteMemo } from './route-memo.js';
+import type { TierName } from '../cache/tier.js';
 
 export interface HitPathDeps {
   readonly routes: RouteMemo;
   readonly identity: IdentityResolver;
-  readonly cache: { peek(key: string, now?: number): CacheEntry | undefined; ensureGzip(key: string, entry: CacheEntry): void };
+  readonly cache: {
+    peek(key: string, now?: number): CacheEntry | undefined;
+    get(key: string): Promise<{ entry: CacheEntry; tier: TierName } | undefined>;
+    ensureGzip(key: string, entry: CacheEntry): void;
+  };
   readonly now: () => number;
-  /** Called once per hit, with the operation and the caller's user id (metrics, debug log). */
-  readonly onHit: (operation: OperationId, userId: number, req: IncomingMessage) => void;
+  /** Called once per hit, with the operation, the tier and the caller's user id (metrics, debug log). */
+  readonly onHit: (operation: OperationId, tier: TierName, userId: number, req: IncomingMessage) => void;
 }
 
-export type HitPath = (req: IncomingMessage, res: ServerResponse) => boolean;
+/** What the shared-tier stage found for a request it did not answer: the full path starts from it. */
+export type SharedLookup = { entry: CacheEntry; tier: TierName } | undefined;
 
-export function makeHitPath(d: HitPathDeps): HitPath {
+export interface HitPaths {
+  /** Fresh memory-tier hits, synchronously; false: not answered. */
+  readonly fresh: (req: IncomingMessage, res: ServerResponse) => boolean;
+  /**
+   * Fresh shared-tier (Redis) hits, still before fastify; false: not answered, and what the
+   * lookup found is kept for the full path (`takeSharedLookup`) so Redis is not asked twice.
+   */
+  readonly shared: (req: IncomingMessage, res: ServerResponse) => Promise<boolean>;
+  readonly takeSharedLookup: (req: IncomingMessage) => SharedLookup | typeof NOT_LOOKED_UP;
+}
+
+export const NOT_LOOKED_UP = Symbol('not looked up');
+
+interface Lookup {
+  readonly key: string;
+  readonly operation: OperationId;
+  readonly userId: number;
+  readonly t: number;
+}
+
+export function makeHitPaths(d: HitPathDeps): HitPaths {
   const { routes, identity, cache, now, onHit } = d;
-  return function serveFreshHit(req, res) {
+  const sharedLookups = new WeakMap<IncomingMessage, SharedLookup>();
+
+  /** The key a request may be answered from, or undefined when only the full path can judge it. */
+  function lookupOf(req: IncomingMessage): Lookup | undefined {
     const method = req.method;
-    if (method !== 'GET' && method !== 'HEAD') return false;
+    if (method !== 'GET' && method !== 'HEAD') return undefined;
     const headers = req.headers;
     const authorization = headers.authorization;
     // A client's Cache-Control or Pragma may ask for revalidation: the full path decides.
-    if (authorization === undefined || headers['cache-control'] !== undefined || headers.pragma !== undefined) return false;
+    if (authorization === undefined || headers['cache-control'] !== undefined || headers.pragma !== undefined) return undefined;
     const info = routes.get(req.url!);
-    if (info === undefined || info.kind !== 'cacheable') return false;
+    if (info === undefined || info.kind !== 'cacheable') return undefined;
     const t = now();
     const caller = identity.peek(authorization, t);
-    if (caller === undefined) return false;
+    if (caller === undefined) return undefined;
     const op = info.req.op;
     let scope: string = caller.scope;
     if (op.adminOnly) {
-      if (!identity.isVerifiedAdmin(caller, t)) return false;
+      if (!identity.isVerifiedAdmin(caller, t)) return undefined;
       scope = ADMIN_SCOPE;
     }
-    const key = keyFor(info, scope);
-    const entry = cache.peek(key, t);
-    if (entry === undefined || t >= entry.freshUntil) return false;
+    return { key: keyFor(info, scope), operation: op.id, userId: caller.userId, t };
+  }
 
+  function answer(req: IncomingMessage, res: ServerResponse, entry: CacheEntry, at: Lookup, tier: TierName): boolean {
+    const headers = req.headers;
     const acceptEncoding = headers['accept-encoding'];
-    if (entry.gzip === undefined && acceptsGzip(acceptEncoding)) cache.ensureGzip(key, entry);
+    if (entry.gzip === undefined && acceptsGzip(acceptEncoding)) cache.ensureGzip(at.key, entry);
     const gzip = entry.gzip !== undefined && acceptsGzip(acceptEncoding);
     const body = gzip ? entry.gzip! : readBody(entry);
     if (body === undefined) return false;
     const ifNoneMatch = headers['if-none-match'];
+    const t = at.t;
     if (ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, gzip ? entry.gzipEtag! : entry.etag)) {
-      res.writeHead(304, buildHead(entry, { body, etag: gzip ? entry.gzipEtag! : entry.etag, gzip }, t, true));
+      res.writeHead(304, buildHead(entry, { body, etag: gzip ? entry.gzipEtag! : entry.etag, gzip }, t, true, tier));
       res.end();
     } else {
-      res.writeHead(entry.status, headFor(entry, gzip, body, t));
-      if (method === 'HEAD') res.end();
+      res.writeHead(entry.status, tier === 'memory' ? headFor(entry, gzip, body, t) : buildHead(entry, { body, etag: gzip ? entry.gzipEtag! : entry.etag, gzip }, t, false, tier));
+      if (req.method === 'HEAD') res.end();
       else res.end(body);
     }
-    onHit(op.id, caller.userId, req);
+    onHit(at.operation, tier, at.userId, req);
     return true;
+  }
+
+  return {
+    fresh(req, res) {
+      const at = lookupOf(req);
+      if (at === undefined) return false;
+      const entry = cache.peek(at.key, at.t);
+      if (entry === undefined || at.t >= entry.freshUntil) return false;
+      return answer(req, res, entry, at, 'memory');
+    },
+    async shared(req, res) {
+      const at = lookupOf(req);
+      if (at === undefined) return false;
+      const found = await cache.get(at.key);
+      if (found !== undefined && now() < found.entry.freshUntil && answer(req, res, found.entry, { ...at, t: now() }, found.tier)) return true;
+      sharedLookups.set(req, found);
+      return false;
+    },
+    takeSharedLookup(req) {
+      if (!sharedLookups.has(req)) return NOT_LOOKED_UP;
+      const found = sharedLookups.get(req);
+      sharedLookups.delete(req);
+      return found;
+    },
   };
 }
 
@@ -95,8 +150,8 @@ function headFor(entry: CacheEntry, gzip: boolean, body: Buffer, t: number): str
   return (cached.identity ??= buildHead(entry, { body, etag: entry.etag, gzip }, t, false));
 }
 
-function buildHead(entry: CacheEntry, rep: Representation, t: number, notModified: boolean): string[] {
+function buildHead(entry: CacheEntry, rep: Representation, t: number, notModified: boolean, tier: TierName = 'memory'): string[] {
   const out = representationHeaders(entry, rep, notModified);
-  out.push('age', String(ageSeconds(entry, t)), 'cache-status', `${CACHE_NAME}; hit; ttl=${ttlSeconds(entry, t)}; detail=memory`);
+  out.push('age', String(ageSeconds(entry, t)), 'cache-status', `${CACHE_NAME}; hit; ttl=${ttlSeconds(entry, t)}; detail=${tier}`);
   return out;
 }

@@ -99,6 +99,8 @@ export interface ReadRequest {
   readonly authorization: string;
   readonly caller: Caller;
   readonly noCache: boolean;
+  /** The tiers were already asked for `key` (the hit path's shared stage): what they held. */
+  readonly prefetched?: { readonly found: { entry: CacheEntry; tier: TierName } | undefined } | undefined;
 }
 
 /** An entry held for the key, fresh or not, and the tier it came from. */
@@ -128,7 +130,8 @@ export class ReadThrough {
     let stale: StaleCandidate | undefined;
     if (r.mayRead) {
       const mem = this.o.cache.peek(r.key);
-      stale = mem !== undefined ? { entry: mem, tier: 'memory' } : await this.o.cache.get(r.key);
+      if (mem !== undefined) stale = { entry: mem, tier: 'memory' };
+      else stale = r.prefetched !== undefined ? r.prefetched.found : await this.o.cache.get(r.key);
     }
 
     if (stale !== undefined && !r.noCache) {
