@@ -50,9 +50,6 @@ export function connectionOptions(options: RedisConnectionOptions, role: Connect
     connectTimeout: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
     ...(forCommands ? { commandTimeout: options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS } : {}),
     enableOfflineQueue: !forCommands,
-    // Commands issued in the same event-loop turn (concurrent hits and fills) go out in one write
-    // and come back in one read: fewer syscalls per Redis hit under load.
-    ...(forCommands ? { enableAutoPipelining: true } : {}),
     maxRetriesPerRequest: forCommands ? 0 : null,
     retryStrategy: reconnectDelayMs,
     autoResubscribe: true,
