@@ -9,7 +9,7 @@
  *   invalid parameters ─▶ 400/422 locally     unknown parameter ─▶ passthrough (`fwd=bypass`) or 422 (strict)
  *        ▼
  *   scope (u:<id> | admin) + key suffix ─▶ memory peek ─fresh─▶ hit   (the hot path: no I/O, no hashing)
- *        ▼
+ *        ▼                                  Redis ─fresh─▶ hit   (both before fastify: hit-path.ts)
  *   read-through (stale, tiers, coalesced fill, stale-if-error)
  *
  *   any other method or path ──▶ @fastify/http-proxy; a successful write drops the tags it names.
@@ -60,8 +60,9 @@ function isWrite(method: string): boolean {
 
 export async function buildProxy(config: Config, deps: ProxyDeps): Promise<FastifyInstance> {
   const now = deps.now ?? Date.now;
-  // The fresh-hit fast path runs before fastify sees the request (see hit-path.ts); it is made
-  // below, once the identity resolver and the route memo exist.
+  // Hits are answered before fastify sees the request (hit-path.ts): fresh memory hits at once,
+  // then, with Redis, fresh shared-tier hits; everything else goes on to fastify. The paths are
+  // made below, once the identity resolver and the route memo exist.
   let hits: HitPaths | undefined;
   let closing = false;
   const useSharedStage = deps.cache.hasSharedTier();
