@@ -70,11 +70,21 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     serverFactory: (handler) =>
       createServer((req, res) => {
         if (closing || hits === undefined) return handler(req, res);
-        if (hits.fresh(req, res)) return;
+        try {
+          if (hits.fresh(req, res)) return;
+        } catch (err) {
+          // A bug here must cost one request the fast path, never the process.
+          deps.logger.error({ err: describe(err) }, 'hit path failed');
+          if (res.headersSent) return void res.destroy();
+        }
         if (!useSharedStage) return handler(req, res);
         hits.shared(req, res).then(
           (answered) => answered || handler(req, res),
-          () => handler(req, res),
+          (err: unknown) => {
+            deps.logger.error({ err: describe(err) }, 'shared hit path failed');
+            if (res.headersSent) res.destroy();
+            else handler(req, res);
+          },
         );
       }),
     loggerInstance: deps.logger as FastifyBaseLogger,
