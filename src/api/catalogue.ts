@@ -271,11 +271,6 @@ export function paramSpec(op: Operation, name: string): ParamSpec | undefined {
   return op.params.find((p) => p.name === name);
 }
 
-/** Does the operation accept this expand type? */
-export function allowsExpand(op: Operation, type: string): boolean {
-  const spec = paramSpec(op, 'expands');
-  return spec?.kind === 'expands' && (spec.values as readonly string[]).includes(type);
-}
 
 /** The path with `{name}` replaced by the given ids, under `/api/v1`. */
 export function makePath(op: Operation, ids: Readonly<Record<string, number>>): string {

@@ -20,8 +20,8 @@ import { createServer } from 'node:http';
 import type { Logger } from 'pino';
 import { makeErrorBody } from '../api/errors.js';
 import { Coalescer } from '../cache/coalesce.js';
-import { isFresh, type CacheEntry } from '../cache/entry.js';
-import { ADMIN_SCOPE, makeKey } from '../cache/key.js';
+import type { CacheEntry } from '../cache/entry.js';
+import { ADMIN_SCOPE } from '../cache/key.js';
 import { FreshnessPolicy } from '../cache/policy.js';
 import type { Config } from '../config/schema.js';
 import { UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
@@ -30,7 +30,7 @@ import { ageHeader, cacheStatus, matchesIfNoneMatch, wantsRevalidation } from '.
 import { ReadThrough, relayedHeaders, type CacheOutcome, type FillLock, type FillResult, type ReadCache, type Served } from './read-through.js';
 import { keyFor, resolveRoute, type RouteInfo, RouteMemo } from './route-memo.js';
 import { makeHitPaths, NOT_LOOKED_UP, type HitPaths } from './hit-path.js';
-import { acceptsGzip, representationHeaders, selectRepresentation } from './encoding.js';
+import { askForGzipVariant, representationHeaders, selectRepresentation } from './encoding.js';
 
 /** The cache as the app sees it: read-through operations plus invalidation. */
 export interface ProxyCache extends ReadCache {
@@ -206,7 +206,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
       const lapsed = identity.peekLapsed(authorization);
       if (lapsed !== undefined && info.kind === 'cacheable' && !info.req.op.adminOnly) {
         // The instance is failing: a caller we knew may still get what we hold for them.
-        return sendServed(request, reply, readThrough.serveStaleOnly(makeKey(lapsed.scope, info.suffix), failure));
+        return sendServed(request, reply, readThrough.serveStaleOnly(keyFor(info, lapsed.scope), failure));
       }
       return sendServed(request, reply, readThrough.serveStaleOnly('', failure));
     }
@@ -240,22 +240,13 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     const verified = !op.adminOnly || identity.isVerifiedAdmin(caller, t);
     const key = keyFor(info, op.adminOnly && verified ? ADMIN_SCOPE : caller.scope);
     const noCache = honorNoCache && wantsRevalidation(request.headers['cache-control'], request.headers.pragma);
-    if (!noCache) {
-      const entry = deps.cache.peek(key);
-      if (entry !== undefined && isFresh(entry, t)) {
-        record(request, HIT_MEMORY, op.id, caller);
-        return sendEntry(request, reply, entry, HIT_MEMORY, t);
-      }
-    }
     // A caller not yet verified as admin never reads the shared admin entries: their request goes
     // upstream under their own token (coalesced only with their own), and a 200 verifies them.
     const storeKey = op.adminOnly ? keyFor(info, ADMIN_SCOPE) : key;
     const looked = hits!.takeSharedLookup(request.raw);
     const prefetched = looked === NOT_LOOKED_UP ? undefined : { found: looked };
     const served = await readThrough.serve({ key: storeKey, fillKey: key, mayRead: verified, req: info.req, authorization, caller, noCache, prefetched });
-    if (served.kind === 'entry' && served.entry.gzip === undefined && acceptsGzip(request.headers['accept-encoding'])) {
-      deps.cache.ensureGzip(storeKey, served.entry);
-    }
+    if (served.kind === 'entry') askForGzipVariant(deps.cache, storeKey, served.entry, request.headers['accept-encoding']);
     record(request, served.outcome, op.id, caller);
     return sendServed(request, reply, served);
   }

@@ -34,6 +34,19 @@ function parseAcceptsGzip(header: string): boolean {
   return star ?? false;
 }
 
+/**
+ * Serving `entry` to a client that accepts gzip while it has no gzip variant: have the cache make
+ * one in the background, so the next answers go out compressed.
+ */
+export function askForGzipVariant(
+  cache: { ensureGzip(key: string, entry: CacheEntry): void },
+  key: string,
+  entry: CacheEntry,
+  acceptEncoding: string | undefined,
+): void {
+  if (entry.gzip === undefined && acceptsGzip(acceptEncoding)) cache.ensureGzip(key, entry);
+}
+
 /** One representation of an entry: the bytes to send, their validator, their coding. */
 export interface Representation {
   readonly body: Buffer;

@@ -14,7 +14,7 @@ import type { OperationId } from '../api/catalogue.js';
 import { ageSeconds, readBody, ttlSeconds, type CacheEntry } from '../cache/entry.js';
 import { ADMIN_SCOPE } from '../cache/key.js';
 import { matchesIfNoneMatch, CACHE_NAME } from './headers.js';
-import { acceptsGzip, representationHeaders, type Representation } from './encoding.js';
+import { acceptsGzip, askForGzipVariant, representationHeaders, type Representation } from './encoding.js';
 import type { IdentityResolver } from './identity.js';
 import { keyFor, type RouteMemo } from './route-memo.js';
 import type { TierName } from '../cache/tier.js';
@@ -84,17 +84,18 @@ export function makeHitPaths(d: HitPathDeps): HitPaths {
   function answer(req: IncomingMessage, res: ServerResponse, entry: CacheEntry, at: Lookup, tier: TierName): boolean {
     const headers = req.headers;
     const acceptEncoding = headers['accept-encoding'];
-    if (entry.gzip === undefined && acceptsGzip(acceptEncoding)) cache.ensureGzip(at.key, entry);
+    askForGzipVariant(cache, at.key, entry, acceptEncoding);
     const gzip = entry.gzip !== undefined && acceptsGzip(acceptEncoding);
     const body = gzip ? entry.gzip! : readBody(entry);
     if (body === undefined) return false;
+    const etag = gzip ? entry.gzipEtag! : entry.etag;
     const ifNoneMatch = headers['if-none-match'];
     const t = at.t;
-    if (ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, gzip ? entry.gzipEtag! : entry.etag)) {
-      res.writeHead(304, buildHead(entry, { body, etag: gzip ? entry.gzipEtag! : entry.etag, gzip }, t, true, tier));
+    if (ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, etag)) {
+      res.writeHead(304, buildHead(entry, { body, etag, gzip }, t, true, tier));
       res.end();
     } else {
-      res.writeHead(entry.status, tier === 'memory' ? headFor(entry, gzip, body, t) : buildHead(entry, { body, etag: gzip ? entry.gzipEtag! : entry.etag, gzip }, t, false, tier));
+      res.writeHead(entry.status, tier === 'memory' ? headFor(entry, gzip, body, t) : buildHead(entry, { body, etag, gzip }, t, false, tier));
       if (req.method === 'HEAD') res.end();
       else res.end(body);
     }
