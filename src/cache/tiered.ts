@@ -55,10 +55,15 @@ export class TieredCache {
     return this.memory.peek(key, now);
   }
 
-  async get(key: string): Promise<TieredHit | undefined> {
-    const local = this.memory.peek(key);
+  /** Synchronous when memory answers (or there is no other tier); a promise when Redis must be asked. */
+  get(key: string, now?: number): TieredHit | undefined | Promise<TieredHit | undefined> {
+    const local = this.memory.peek(key, now);
     if (local) return { entry: local, tier: 'memory' };
     if (!this.redis) return undefined;
+    return this.#getFromShared(key);
+  }
+
+  async #getFromShared(key: string): Promise<TieredHit | undefined> {
     const shared = await this.#getShared(key);
     if (!shared) return undefined;
     // A fill on this replica may have stored a newer entry while Redis answered: keep it.

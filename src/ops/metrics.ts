@@ -3,7 +3,7 @@
  * credential, a user id or a URL.
  */
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
-import type { CacheOutcome } from '../proxy/read-through.js';
+import type { CacheOutcome } from '../cache/outcome.js';
 
 export interface Metrics {
   readonly registry: Registry;

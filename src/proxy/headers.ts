@@ -4,7 +4,7 @@
  * body-less 304 when nothing changed.
  */
 import { ageSeconds, ttlSeconds, type CacheEntry } from '../cache/entry.js';
-import type { CacheOutcome } from './read-through.js';
+import type { CacheOutcome } from '../cache/outcome.js';
 
 export const CACHE_NAME = 'tm-cache';
 
@@ -27,6 +27,8 @@ export function cacheStatus(outcome: CacheOutcome, entry: CacheEntry | undefined
     case 'bypass':
       return `${CACHE_NAME}; fwd=bypass; detail=${outcome.detail ?? 'bypass'}`;
     case 'error':
+      // Rejected here, without asking upstream: nothing was forwarded.
+      if (outcome.detail === 'invalid-request') return `${CACHE_NAME}; detail=invalid-request`;
       return `${CACHE_NAME}; fwd=uri-miss${fwdStatus(outcome)}; detail=${outcome.detail ?? 'error'}`;
   }
 }

@@ -28,6 +28,8 @@ export type RouteInfo =
       readonly keys: Map<string, string>;
     };
 
+export type CacheableRoute = Extract<RouteInfo, { kind: 'cacheable' }>;
+
 const PASSTHROUGH: RouteInfo = Object.freeze({ kind: 'passthrough' });
 
 export function resolveRoute(url: string): RouteInfo {
@@ -46,7 +48,7 @@ export function resolveRoute(url: string): RouteInfo {
 }
 
 /** The cache key of a cacheable route for a scope (`u:42`, `admin`). */
-export function keyFor(info: Extract<RouteInfo, { kind: 'cacheable' }>, scope: string): string {
+export function keyFor(info: CacheableRoute, scope: string): string {
   let key = info.keys.get(scope);
   if (key === undefined) {
     key = makeKey(scope as Scope, info.suffix);

@@ -1,0 +1,96 @@
+/**
+ * The fill mechanism: one upstream request per key in flight on this replica (coalescing), one
+ * per key across replicas (a short lock in the shared tier, the others waiting for its entry),
+ * and storing what the fill produced. It knows nothing of callers, status codes or access
+ * rules: the job's `fetch` says what is an entry to store and what is anything else, which is
+ * handed back unstored (policy lives in the read-through; prow's ghcache layers it the same way).
+ */
+import { Coalescer, type CoalescedRun } from './coalesce.js';
+import { bodyLengthOf, type CacheEntry } from './entry.js';
+
+/** Cross-replica fill lock (the Redis tier): one replica fills, the others wait for its result. */
+export interface FillLock {
+  tryLock(key: string, ttlMs: number): Promise<string | undefined>;
+  unlock(key: string, token: string): Promise<void>;
+  waitFor(key: string, timeoutMs: number): Promise<CacheEntry | undefined>;
+}
+
+/** Where fills are stored: `set` in every tier (the promise is the shared write), `promote` locally only. */
+export interface FillStore {
+  set(key: string, entry: CacheEntry): Promise<void> | void;
+  promote(key: string, entry: CacheEntry): void;
+}
+
+export type Fetched<R> = { readonly kind: 'entry'; readonly entry: CacheEntry } | { readonly kind: 'other'; readonly value: R };
+
+export type FillResult<R> = { readonly kind: 'entry'; readonly entry: CacheEntry; readonly stored: boolean } | { readonly kind: 'other'; readonly value: R };
+
+export interface FillJob<R> {
+  /** Where an entry is stored. */
+  readonly key: string;
+  /** What concurrent identical fills coalesce on. */
+  readonly fillKey: string;
+  /** May this fill take, or wait on, the cross-replica lock of `key`? (Only a caller who may read `key`.) */
+  readonly shareable: boolean;
+  fetch(): Promise<Fetched<R>>;
+}
+
+export interface FillerOptions {
+  readonly store: FillStore;
+  readonly lock?: FillLock | undefined;
+  /** How long a cross-replica lock holds if its owner never releases it (`cache.redis.lockTtlMs`). */
+  readonly lockTtlMs: number;
+  /** How long a replica waits for another's fill before filling itself (`cache.redis.lockWaitMs`). */
+  readonly lockWaitMs: number;
+  /** Larger entries are answered but not stored. */
+  readonly maxEntryBytes: number;
+}
+
+export class Filler<R> {
+  readonly #coalescer = new Coalescer<FillResult<R>>();
+
+  constructor(private readonly o: FillerOptions) {}
+
+  /** Runs the job, or joins the one already running for its `fillKey`. */
+  run(job: FillJob<R>): CoalescedRun<FillResult<R>> {
+    return this.#coalescer.run(job.fillKey, () => this.#fill(job));
+  }
+
+  /** Runs the job on its own, not coalesced (a caller that must be judged by its own answer). */
+  runAlone(job: FillJob<R>): Promise<FillResult<R>> {
+    return this.#fill(job);
+  }
+
+  async #fill(job: FillJob<R>): Promise<FillResult<R>> {
+    const lock = this.o.lock;
+    if (lock === undefined || !job.shareable || job.key !== job.fillKey) return this.#fetchAndStore(job);
+    const token = await lock.tryLock(job.key, this.o.lockTtlMs);
+    if (token === undefined) {
+      const filled = await lock.waitFor(job.key, this.o.lockWaitMs);
+      if (filled !== undefined) {
+        this.o.store.promote(job.key, filled);
+        return { kind: 'entry', entry: filled, stored: true };
+      }
+      return this.#fetchAndStore(job);
+    }
+    let shared: Promise<void> | void = undefined;
+    try {
+      return await this.#fetchAndStore(job, (write) => (shared = write));
+    } finally {
+      // Released once the entry is in Redis, so that a replica waiting on the lock finds it there.
+      void Promise.resolve(shared).then(() => lock.unlock(job.key, token));
+    }
+  }
+
+  async #fetchAndStore(job: FillJob<R>, onShared?: (write: Promise<void> | void) => void): Promise<FillResult<R>> {
+    const fetched = await job.fetch();
+    if (fetched.kind === 'other') return fetched;
+    const entry = fetched.entry;
+    const stored = bodyLengthOf(entry) <= this.o.maxEntryBytes;
+    if (stored) {
+      const write = this.o.store.set(job.key, entry);
+      onShared?.(write);
+    }
+    return { kind: 'entry', entry, stored };
+  }
+}

@@ -1,0 +1,49 @@
+/**
+ * Access rules: what an upstream answer to a caller's fill teaches about that caller, and what
+ * it changes in the cache. Policy, kept apart from the fill mechanism (fill.ts) so each can be
+ * tested against a fake below it.
+ *
+ * | answer                          | effect                                                       |
+ * |---------------------------------|--------------------------------------------------------------|
+ * | 200 to an admin-only operation  | the caller is a verified site admin (`access.ttlMs`)         |
+ * | 401                             | the token's identity is forgotten, here and on every replica |
+ * | 403 to an admin-only operation  | the caller is no (longer an) admin                           |
+ * | 401, 403, 404 to a caller who may read the key | the entry is dropped from every tier: the instance now refuses what is held, so it is not served stale |
+ */
+import type { Caller } from './identity.js';
+
+/** What the rules act on: the identity resolver and the cache. */
+export interface AccessTargets {
+  markAdmin(caller: Caller): void;
+  clearAdmin(caller: Caller): void;
+  forget(authorization: string): void;
+  deleteEntry(key: string): void;
+}
+
+/** The request an answer was for, as the rules need it. */
+export interface AnsweredRequest {
+  readonly key: string;
+  readonly mayRead: boolean;
+  readonly adminOnly: boolean;
+  readonly caller: Caller;
+  readonly authorization: string;
+}
+
+/** Answers that mean the caller may no longer see what is cached under the key. */
+const REFUSALS = new Set([401, 403, 404]);
+
+export class AccessRules {
+  constructor(private readonly targets: AccessTargets) {}
+
+  /** The fill's own answer (the leader's request): verification and dropping what is refused. */
+  afterFill(r: AnsweredRequest, status: number): void {
+    if (status === 200 && r.adminOnly) this.targets.markAdmin(r.caller);
+    if (REFUSALS.has(status) && r.mayRead) this.targets.deleteEntry(r.key);
+  }
+
+  /** Each caller served a refusal (leader or coalesced): what it says about that caller's credential. */
+  afterRefusal(r: AnsweredRequest, status: number): void {
+    if (status === 401) this.targets.forget(r.authorization);
+    if (status === 403 && r.adminOnly) this.targets.clearAdmin(r.caller);
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * The request pipeline: every request is offered here first, on node's own request and response
+ * objects, before fastify builds anything. What is not for the cache (another method or path, no
+ * credential, a parameter the catalogue does not know) is handed to `forward` (fastify and
+ * @fastify/http-proxy); everything else is answered here, by one path:
+ *
+ *   route memo (raw URL → operation + canonical query)
+ *     → caller (identity memo; else upstream GET /user, coalesced) ── refused ─▶ relayed
+ *     → invalid parameters ─▶ 400/422 here
+ *     → decide (decide.ts: key, fill key, may this caller read it)
+ *     → read-through (read-through.ts: tiers in order, fill, stale)
+ *     → writer (writer.ts) and record (metrics, log line)
+ *
+ * The common case (a URL and a caller seen before, a fresh entry in memory) runs synchronously
+ * from start to end: three Map lookups and one write, no promise, no hashing, no I/O.
+ * A failure of the pipeline itself costs that request its cache, never the process: a request
+ * with nothing written yet is forwarded upstream uncached, one with a head sent is closed.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import { makeErrorBody } from '../api/errors.js';
+import type { CacheEntry } from '../cache/entry.js';
+import type { CacheOutcome } from '../cache/outcome.js';
+import { UpstreamError } from '../upstream/client.js';
+import { decide } from './decide.js';
+import { askForGzipVariant } from './encoding.js';
+import { cacheStatus } from './headers.js';
+import type { Caller, IdentityResolver } from './identity.js';
+import type { ReadThrough } from './read-through.js';
+import { keyFor, resolveRoute, type RouteInfo, type RouteMemo } from './route-memo.js';
+import { localAnswer, type Served } from './served.js';
+import { writeServed } from './writer.js';
+
+export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+
+export interface PipelineOptions {
+  readonly routes: RouteMemo;
+  readonly identity: IdentityResolver;
+  readonly readThrough: ReadThrough;
+  readonly cache: { ensureGzip(key: string, entry: CacheEntry): void };
+  /** `cache.honorClientNoCache` */
+  readonly honorNoCache: boolean;
+  /** `cache.strict`: an unknown parameter is a local 422 instead of an uncached forward. */
+  readonly strict: boolean;
+  readonly now: () => number;
+  readonly logger: Logger;
+  /** Every answered request's outcome (metrics). */
+  readonly onOutcome?: ((outcome: CacheOutcome, operation: string) => void) | undefined;
+}
+
+export class Pipeline {
+  readonly #o: PipelineOptions;
+  readonly #logEachRequest: boolean;
+  readonly #decideOptions: Parameters<typeof decide>[5];
+
+  constructor(options: PipelineOptions, private readonly forward: Handler) {
+    this.#o = options;
+    this.#logEachRequest = options.logger.isLevelEnabled('debug');
+    this.#decideOptions = { honorNoCache: options.honorNoCache, isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t) };
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    try {
+      this.#route(req, res);
+    } catch (err) {
+      this.#fail(req, res, err);
+    }
+  }
+
+  #route(req: IncomingMessage, res: ServerResponse): void {
+    const method = req.method;
+    const authorization = req.headers.authorization;
+    if ((method !== 'GET' && method !== 'HEAD') || authorization === undefined) return this.forward(req, res);
+    const url = req.url!;
+    const routes = this.#o.routes;
+    const route = routes.get(url) ?? routes.set(url, resolveRoute(url));
+    if (route.kind === 'passthrough') return this.forward(req, res);
+    const t = this.#o.now();
+    const caller = this.#o.identity.peek(authorization, t);
+    if (caller !== undefined) return this.#withCaller(req, res, route, caller, authorization, t);
+    this.#identify(req, res, route, authorization).catch((err: unknown) => this.#fail(req, res, err));
+  }
+
+  #withCaller(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, caller: Caller, authorization: string, t: number): void {
+    if (route.kind === 'invalid') {
+      return this.#finish(req, res, localAnswer(route.error.status, route.error.toBody(), INVALID), 'invalid', caller.userId, undefined, t);
+    }
+    if (route.kind === 'bypass') {
+      if (this.#o.strict) return this.#finish(req, res, localAnswer(422, unknownParamsBody(route.unknown), INVALID), 'invalid', caller.userId, undefined, t);
+      res.setHeader('cache-status', cacheStatus(UNKNOWN_PARAM, undefined, t));
+      return this.forward(req, res);
+    }
+    const d = decide(route, caller, authorization, req.headers, t, this.#decideOptions);
+    const served = this.#o.readThrough.serve(d, t);
+    if (!(served instanceof Promise)) return this.#finish(req, res, served, d.req.op.id, caller.userId, d.key, t);
+    served.then(
+      (s) => this.#finish(req, res, s, d.req.op.id, caller.userId, d.key, this.#o.now()),
+      (err: unknown) => this.#fail(req, res, err),
+    );
+  }
+
+  /** A caller not in the memo: resolved (shared store, else upstream), then the request goes on. */
+  async #identify(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, authorization: string): Promise<void> {
+    const identity = this.#o.identity;
+    const operation = route.kind === 'cacheable' ? route.req.op.id : 'invalid';
+    try {
+      const result = await identity.resolve(authorization);
+      const t = this.#o.now();
+      if (result.kind === 'caller') return this.#withCaller(req, res, route, result.caller, authorization, t);
+      const refused: Served = { kind: 'relay', response: result.response, outcome: { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status } };
+      return this.#finish(req, res, refused, operation, undefined, undefined, t);
+    } catch (err) {
+      const failure = err instanceof UpstreamError ? err : new UpstreamError('reset', String(err), { cause: err });
+      // The instance is failing: a caller we knew may still get what we hold for them.
+      const lapsed = identity.peekLapsed(authorization);
+      const key = lapsed !== undefined && route.kind === 'cacheable' && !route.req.op.adminOnly ? keyFor(route, lapsed.scope) : undefined;
+      const served = await this.#o.readThrough.serveStaleOnly(key, failure);
+      return this.#finish(req, res, served, operation, lapsed?.userId, key, this.#o.now());
+    }
+  }
+
+  /**
+   * Every answered request ends here once: written, and recorded (the metric; at debug level, a
+   * log line). `key`: where a served entry is stored, so that its gzip variant can be made.
+   */
+  #finish(req: IncomingMessage, res: ServerResponse, served: Served, operation: string, userId: number | undefined, key: string | undefined, t: number): void {
+    if (served.kind === 'entry' && key !== undefined) askForGzipVariant(this.#o.cache, key, served.entry, req.headers['accept-encoding']);
+    writeServed(req, res, served, t);
+    this.#o.onOutcome?.(served.outcome, operation);
+    if (this.#logEachRequest) {
+      // The caller is named by user id only; the credential never reaches a log line.
+      this.#o.logger.debug({ method: req.method, url: req.url, operation, user: userId, outcome: served.outcome }, 'request');
+    }
+  }
+
+  #fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
+    this.#o.logger.error({ err: err instanceof Error ? `${err.name}: ${err.message}` : String(err), url: req.url }, 'request pipeline failed');
+    if (res.headersSent) return void res.destroy();
+    // Nothing written yet: the instance can still answer it, uncached.
+    res.removeHeader('cache-status');
+    this.forward(req, res);
+  }
+}
+
+const INVALID: CacheOutcome = Object.freeze({ kind: 'error', detail: 'invalid-request' });
+const UNKNOWN_PARAM: CacheOutcome = Object.freeze({ kind: 'bypass', detail: 'unknown-param' });
+
+function unknownParamsBody(unknown: readonly string[]): ReturnType<typeof makeErrorBody> {
+  const errors: Record<string, string[]> = {};
+  for (const name of unknown) errors[name] = [`The ${name} parameter is not defined for this operation.`];
+  return makeErrorBody('The given data was invalid.', errors);
+}

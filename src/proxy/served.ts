@@ -1,0 +1,48 @@
+/**
+ * What the proxy answers a cacheable request with, before it is written: a stored entry, an
+ * upstream answer relayed as it is, or an answer made locally (validation, rate limit, upstream
+ * failure). Every stage produces one of these and `writer.ts` alone turns it into bytes.
+ */
+import type { ErrorBody } from '../api/errors.js';
+import type { CacheEntry } from '../cache/entry.js';
+import type { CacheOutcome } from '../cache/outcome.js';
+import type { UpstreamError, UpstreamResponse } from '../upstream/client.js';
+
+export type Served =
+  | { readonly kind: 'entry'; readonly entry: CacheEntry; readonly outcome: CacheOutcome }
+  | { readonly kind: 'relay'; readonly response: UpstreamResponse; readonly outcome: CacheOutcome }
+  | {
+      readonly kind: 'local';
+      readonly status: number;
+      readonly body: ErrorBody;
+      readonly headers: Readonly<Record<string, string>>;
+      readonly outcome: CacheOutcome;
+    };
+
+/** Headers of a relayed upstream answer worth keeping; Set-Cookie and hop-by-hop never are. */
+const RELAYED_HEADERS = ['content-type', 'content-encoding', 'www-authenticate', 'retry-after', 'cache-control'] as const;
+
+export function relayedHeaders(res: UpstreamResponse): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of RELAYED_HEADERS) {
+    const v = res.headers[name];
+    if (typeof v === 'string') out[name] = v;
+  }
+  return out;
+}
+
+/** 502 for a refused/reset connection or an upstream 5xx, 504 for a timeout, 503 for a full queue. */
+export function upstreamFailure(err: UpstreamError, upstreamStatus?: number): Served {
+  return {
+    kind: 'local',
+    status: err.status,
+    headers: {},
+    body: { message: `Upstream unavailable: ${err.message}.`, errors: {} },
+    outcome: { kind: 'error', detail: err.code, ...(upstreamStatus ? { upstreamStatus } : {}) },
+  };
+}
+
+/** An answer made here, with the project's error body. */
+export function localAnswer(status: number, body: ErrorBody, outcome: CacheOutcome, headers: Readonly<Record<string, string>> = {}): Served {
+  return { kind: 'local', status, body, headers, outcome };
+}

@@ -1,0 +1,89 @@
+/**
+ * The one writer: every answer to a cacheable request, hit or miss, stored or relayed or made
+ * here, is written by `writeServed` with node's own `writeHead`/`end`, never through fastify's
+ * send pipeline. What a client sees therefore cannot depend on which stage answered.
+ *
+ * A stored entry is sent in the representation the client accepts (RFC 9110 §12.5.3), with its
+ * ETag and a body-less 304 for a matching `If-None-Match` (RFC 9110 §13.1.2), `Age`
+ * (RFC 9111 §5.1) and `Cache-Status` (RFC 9211); a HEAD gets the head only.
+ *
+ * The response head of a memory hit changes only when its Age or remaining ttl (whole seconds)
+ * does: it is built once per second per entry and representation and reused by every hit in
+ * between (node's writeHead reads the list and keeps no reference to it).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ageSeconds, readBody, ttlSeconds, type CacheEntry } from '../cache/entry.js';
+import type { CacheOutcome } from '../cache/outcome.js';
+import { acceptsGzip, representationHeaders, type Representation } from './encoding.js';
+import { cacheStatus, matchesIfNoneMatch } from './headers.js';
+import { relayedHeaders, type Served } from './served.js';
+
+/** Writes `served` as the answer to `req`; `t` is the clock reading the answer is dated with. */
+export function writeServed(req: IncomingMessage, res: ServerResponse, served: Served, t: number): void {
+  switch (served.kind) {
+    case 'entry':
+      return writeEntry(req, res, served.entry, served.outcome, t);
+    case 'relay': {
+      const head = relayedHeaders(served.response);
+      head['cache-status'] = cacheStatus(served.outcome, undefined, t);
+      return writeBytes(req, res, served.response.status, head, served.response.body);
+    }
+    case 'local': {
+      const head: Record<string, string> = { ...served.headers, 'content-type': 'application/json; charset=utf-8' };
+      head['cache-status'] = cacheStatus(served.outcome, undefined, t);
+      return writeBytes(req, res, served.status, head, Buffer.from(JSON.stringify(served.body)));
+    }
+  }
+}
+
+function writeEntry(req: IncomingMessage, res: ServerResponse, entry: CacheEntry, outcome: CacheOutcome, t: number): void {
+  const gzip = entry.gzip !== undefined && acceptsGzip(req.headers['accept-encoding']);
+  const body = gzip ? entry.gzip : readBody(entry);
+  if (body === undefined) {
+    // A lazily decoded body from Redis that turns out corrupt: no entry, and nothing sent yet.
+    const message = 'A stored answer could not be decoded; it will be fetched again.';
+    return writeServed(req, res, { kind: 'local', status: 502, headers: {}, body: { message, errors: {} }, outcome: { kind: 'error', detail: 'decode' } }, t);
+  }
+  const etag = gzip ? entry.gzipEtag! : entry.etag;
+  const ifNoneMatch = req.headers['if-none-match'];
+  if (ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, etag)) {
+    res.writeHead(304, buildHead(entry, { body, etag, gzip }, outcome, t, true));
+    res.end();
+    return;
+  }
+  const head = outcome.kind === 'hit' && outcome.tier === 'memory' ? memoryHitHead(entry, gzip, body, outcome, t) : buildHead(entry, { body, etag, gzip }, outcome, t, false);
+  res.writeHead(entry.status, head);
+  if (req.method === 'HEAD') res.end();
+  else res.end(body);
+}
+
+function writeBytes(req: IncomingMessage, res: ServerResponse, status: number, head: Record<string, string>, body: Buffer): void {
+  head['content-length'] = String(body.length);
+  res.writeHead(status, head);
+  if (req.method === 'HEAD') res.end();
+  else res.end(body);
+}
+
+interface HeadCache {
+  readonly age: number;
+  readonly ttl: number;
+  identity?: string[];
+  gzip?: string[];
+}
+
+const heads = new WeakMap<CacheEntry, HeadCache>();
+
+function memoryHitHead(entry: CacheEntry, gzip: boolean, body: Buffer, outcome: CacheOutcome, t: number): string[] {
+  const age = ageSeconds(entry, t);
+  const ttl = ttlSeconds(entry, t);
+  let cached = heads.get(entry);
+  if (cached === undefined || cached.age !== age || cached.ttl !== ttl) heads.set(entry, (cached = { age, ttl }));
+  if (gzip) return (cached.gzip ??= buildHead(entry, { body, etag: entry.gzipEtag!, gzip }, outcome, t, false));
+  return (cached.identity ??= buildHead(entry, { body, etag: entry.etag, gzip }, outcome, t, false));
+}
+
+function buildHead(entry: CacheEntry, rep: Representation, outcome: CacheOutcome, t: number, notModified: boolean): string[] {
+  const out = representationHeaders(entry, rep, notModified);
+  out.push('age', String(ageSeconds(entry, t)), 'cache-status', cacheStatus(outcome, entry, t));
+  return out;
+}
