@@ -8,7 +8,7 @@ import { makeErrorBody } from '../api/errors.js';
 import { sendJson } from './api.js';
 import { ControlError, schemaErrorBody } from './control-error.js';
 import { FaultsSchema, type Faults } from './faults.js';
-import { applyMutation } from './mutations.js';
+import { MutationSchema, applyMutation } from './mutations.js';
 import type { EmulatorState } from './state.js';
 
 export const CONTROL_PREFIX = '/__emulator';
@@ -45,7 +45,7 @@ export async function controlPlugin(app: FastifyInstance, opts: { state: Emulato
       return state.faults.current();
     }),
   );
-  app.post(`${CONTROL_PREFIX}/mutations`, (req, reply) => answer(reply, () => applyMutation(state, req.body)));
+  app.post(`${CONTROL_PREFIX}/mutations`, { schema: { body: MutationSchema } }, (req, reply) => answer(reply, () => applyMutation(state, req.body)));
   // Registered inside this plugin, so it handles control-plane errors only.
   app.setErrorHandler((err: FastifyError, _req, reply) => {
     if (err.validation?.[0]) return sendJson(reply, 400, schemaErrorBody(err.validation[0]));
