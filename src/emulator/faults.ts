@@ -1,6 +1,6 @@
 /**
  * Injected faults, applied to /api/v1 requests only (the control plane always answers).
- * Order per request: down (socket destroyed) → latency + jitter → rate limit → random error.
+ * Order per request (api.ts): latency + jitter → down (socket destroyed) → rate limit → random error.
  * Random draws (jitter, error_rate) come from a PRNG reseeded on every PUT, so a given fault
  * set fails the same requests in the same order every time.
  */
