@@ -28,7 +28,10 @@ export async function buildEmulator(opts: EmulatorOptions): Promise<FastifyInsta
   assertEmulatorOptions(opts);
   const state = EmulatorState.generate(opts);
   // No logger: the emulator prints nothing; its stats endpoint is how one observes it.
-  const app = Fastify({ logger: false, forceCloseConnections: true });
+  // ajv, for the control plane's body schemas: reject rather than coerce ("5" is not an id) or
+  // silently drop unknown fields (a typo must not do nothing), and allow the discriminator on op.
+  const ajv = { customOptions: { coerceTypes: false, removeAdditional: false, discriminator: true } };
+  const app = Fastify({ logger: false, forceCloseConnections: true, ajv });
   STATES.set(app, state);
   await app.register(apiPlugin, { state });
   await app.register(controlPlugin, { state });

@@ -1,13 +1,14 @@
 /**
  * The control plane under /__emulator/ (a public contract: tests, benchmarks and the CLI use
- * these names). Its calls are never counted in stats and never hit by faults.
+ * these names). Its calls are never counted in stats and never hit by faults. Route schemas check
+ * the bodies (ajv options in app.ts); this plugin's error handler answers their rejections.
  */
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
 import { makeErrorBody } from '../api/errors.js';
 import { sendJson } from './api.js';
-import { ControlError } from './control-error.js';
-import { parseFaults } from './faults.js';
-import { applyMutation } from './mutations.js';
+import { ControlError, schemaErrorBody } from './control-error.js';
+import { FaultsSchema, type Faults } from './faults.js';
+import { MutationSchema, applyMutation } from './mutations.js';
 import type { EmulatorState } from './state.js';
 
 export const CONTROL_PREFIX = '/__emulator';
@@ -32,9 +33,9 @@ export async function controlPlugin(app: FastifyInstance, opts: { state: Emulato
     }),
   );
   app.get(`${CONTROL_PREFIX}/faults`, (_req, reply) => answer(reply, () => state.faults.current()));
-  app.put(`${CONTROL_PREFIX}/faults`, (req, reply) =>
+  app.put(`${CONTROL_PREFIX}/faults`, { schema: { body: FaultsSchema } }, (req, reply) =>
     answer(reply, () => {
-      state.faults.set(parseFaults(req.body));
+      state.faults.set(req.body as Faults);
       return state.faults.current();
     }),
   );
@@ -44,9 +45,11 @@ export async function controlPlugin(app: FastifyInstance, opts: { state: Emulato
       return state.faults.current();
     }),
   );
-  app.post(`${CONTROL_PREFIX}/mutations`, (req, reply) => answer(reply, () => applyMutation(state, req.body)));
-  // Malformed JSON and the like: the API's error shape, naming the body.
-  app.setErrorHandler((err: { statusCode?: number; message: string }, _req, reply) => {
+  app.post(`${CONTROL_PREFIX}/mutations`, { schema: { body: MutationSchema } }, (req, reply) => answer(reply, () => applyMutation(state, req.body)));
+  // Registered inside this plugin, so it handles control-plane errors only.
+  app.setErrorHandler((err: FastifyError, _req, reply) => {
+    if (err.validation?.[0]) return sendJson(reply, 400, schemaErrorBody(err.validation[0]));
+    // Malformed JSON and the like: naming the body.
     const status = err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
     return sendJson(reply, status, makeErrorBody(err.message, { body: [err.message] }));
   });

@@ -1,25 +1,37 @@
 /**
  * Injected faults, applied to /api/v1 requests only (the control plane always answers).
- * Order per request: down (socket destroyed) → latency + jitter → rate limit → random error.
+ * Order per request (api.ts): latency + jitter → down (socket destroyed) → rate limit → random error.
  * Random draws (jitter, error_rate) come from a PRNG reseeded on every PUT, so a given fault
  * set fails the same requests in the same order every time.
  */
-import { ControlError, asObject, intField } from './control-error.js';
+import { Type, type Static } from '@sinclair/typebox';
 import { Prng } from './prng.js';
 
-export interface RateLimit {
-  readonly after_n: number;
-  readonly retry_after_s: number;
-}
+const ms = () => Type.Optional(Type.Integer({ minimum: 0, maximum: 600_000 }));
 
-export interface Faults {
-  readonly latency_ms?: number;
-  readonly jitter_ms?: number;
-  readonly error_rate?: number;
-  readonly error_status?: number;
-  readonly down?: boolean;
-  readonly rate_limit?: RateLimit;
-}
+/**
+ * The PUT body, checked by the route before it reaches set(). Unknown fields are rejected so a
+ * typo does not silently do nothing; both rate_limit fields are required (no default window).
+ */
+export const FaultsSchema = Type.Object(
+  {
+    latency_ms: ms(),
+    jitter_ms: ms(),
+    error_rate: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+    error_status: Type.Optional(Type.Integer({ minimum: 400, maximum: 599 })),
+    down: Type.Optional(Type.Boolean()),
+    rate_limit: Type.Optional(
+      Type.Object(
+        { after_n: Type.Integer({ minimum: 0 }), retry_after_s: Type.Integer({ minimum: 0, maximum: 86_400 }) },
+        { additionalProperties: false },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export type Faults = Readonly<Static<typeof FaultsSchema>>;
+export type RateLimit = Readonly<NonNullable<Faults['rate_limit']>>;
 
 export type FaultAction =
   | { readonly kind: 'down' }
@@ -27,35 +39,7 @@ export type FaultAction =
   | { readonly kind: 'error'; readonly status: number }
   | { readonly kind: 'none' };
 
-const FIELDS = ['latency_ms', 'jitter_ms', 'error_rate', 'error_status', 'down', 'rate_limit'];
 export const DEFAULT_ERROR_STATUS = 500;
-
-/** Validates a PUT body; unknown fields are rejected so a typo does not silently do nothing. */
-export function parseFaults(raw: unknown): Faults {
-  const body = asObject(raw);
-  for (const key of Object.keys(body)) if (!FIELDS.includes(key)) throw new ControlError(400, key, `Unknown fault ${key}.`);
-  const out: { -readonly [K in keyof Faults]: Faults[K] } = {};
-  if (body.latency_ms !== undefined) out.latency_ms = intField(body, 'latency_ms', { min: 0, max: 600_000 });
-  if (body.jitter_ms !== undefined) out.jitter_ms = intField(body, 'jitter_ms', { min: 0, max: 600_000 });
-  if (body.error_status !== undefined) out.error_status = intField(body, 'error_status', { min: 400, max: 599 });
-  if (body.error_rate !== undefined) {
-    const r = body.error_rate;
-    if (typeof r !== 'number' || !(r >= 0 && r <= 1)) throw new ControlError(400, 'error_rate', 'The error_rate must be a number between 0 and 1.');
-    out.error_rate = r;
-  }
-  if (body.down !== undefined) {
-    if (typeof body.down !== 'boolean') throw new ControlError(400, 'down', 'The down must be a boolean.');
-    out.down = body.down;
-  }
-  if (body.rate_limit !== undefined) {
-    const rl = asObject(body.rate_limit, 'rate_limit');
-    out.rate_limit = {
-      after_n: intField(rl, 'after_n', { min: 0 }) ?? 0,
-      retry_after_s: intField(rl, 'retry_after_s', { min: 0, max: 86_400 }) ?? 0,
-    };
-  }
-  return out;
-}
 
 export class FaultInjector {
   private faults: Faults = {};

@@ -107,11 +107,33 @@ describe('faults', () => {
     [{ error_rate: 2 }, 'error_rate'],
     [{ error_status: 200 }, 'error_status'],
     [{ down: 'yes' }, 'down'],
-    [{ rate_limit: { after_n: 'x' } }, 'after_n'],
+    // Complete, so the nested type error is the only one (a missing field is reported first).
+    [{ rate_limit: { after_n: 'x', retry_after_s: 30 } }, 'after_n'],
     [{ latncy_ms: 5 }, 'latncy_ms'],
+    [{ down: 'true' }, 'down'],
+    [{ latency_ms: 1.5 }, 'latency_ms'],
+    [{ rate_limit: { after_n: 2 } }, 'retry_after_s'],
+    [{ rate_limit: { after_n: 2, retry_after_s: 30, every: 5 } }, 'every'],
+    [[{ down: true }], 'body'],
   ])('rejects the fault set %j naming %s', async (body, field) => {
     const a = await call(`${em.url}/__emulator/faults`, { method: 'PUT', body: JSON.stringify(body) });
     expect(a.status).toBe(400);
     expect(Object.keys(a.json().errors)).toEqual([field]);
+  });
+
+  it.each([
+    [{ latency_ms: -1 }, 'latency_ms', 'The latency_ms must be >= 0.'],
+    [{ error_status: 600 }, 'error_status', 'The error_status must be <= 599.'],
+    [{ down: 1 }, 'down', 'The down must be boolean.'],
+    [{ latncy_ms: 5 }, 'latncy_ms', 'Unknown field latncy_ms.'],
+    [{ rate_limit: { retry_after_s: 1 } }, 'after_n', 'The after_n is required.'],
+    ['down', 'body', 'The body must be object.'],
+  ])('answers %j with the field and the rule it broke, and keeps the faults it had', async (body, field, rule) => {
+    await em.faults({ latency_ms: 1 });
+    const a = await call(`${em.url}/__emulator/faults`, { method: 'PUT', body: JSON.stringify(body) });
+    expect(a.status).toBe(400);
+    expect(a.headers['content-type']).toMatch(/^application\/json/);
+    expect(a.json()).toEqual({ message: rule, errors: { [field]: [rule] } });
+    expect((await get(`${em.url}/__emulator/faults`)).json()).toEqual({ latency_ms: 1 });
   });
 });

@@ -107,10 +107,43 @@ describe('mutations', () => {
     [{ op: 'grant_project', user_id: 2, project_id: 999 }, 404, 'project_id'],
     [{ op: 'revoke_token', token: 'nope' }, 404, 'token'],
     [{ op: 'issue_token', user_id: 999 }, 404, 'user_id'],
+    [{ op: 42 }, 400, 'op'],
+    [{ op: 'close_run', run_id: '5' }, 400, 'run_id'],
+    [{ op: 'close_run', run_id: 0 }, 400, 'run_id'],
+    [{ op: 'add_result', status_id: 1 }, 400, 'run_id'],
+    [{ op: 'add_result', run_id: 1, status_id: 1, assignee_id: 'x' }, 400, 'assignee_id'],
+    [{ op: 'add_result', run_id: 1, status_id: 1, elapsed: -1 }, 400, 'elapsed'],
+    [{ op: 'rename_project', project_id: 1, name: ' \t' }, 400, 'name'],
+    [{ op: 'rename_project', project_id: 1 }, 400, 'name'],
+    [{ op: 'revoke_token', token: 7 }, 400, 'token'],
+    [{ op: 'issue_token' }, 400, 'user_id'],
+    [{ op: 'grant_project', user_id: 2 }, 400, 'project_id'],
+    [{ op: 'revoke_token', token: 'x', user_id: 1 }, 400, 'user_id'],
+    [[{ op: 'close_run', run_id: 1 }], 400, 'body'],
   ])('rejects %j with %i naming %s', async (body, status, field) => {
     const a = await call(`${em.url}/__emulator/mutations`, { method: 'POST', body: JSON.stringify(body) });
     expect(a.status).toBe(status);
     expect(Object.keys(a.json().errors)).toEqual([field]);
+  });
+
+  it.each([
+    [{ op: 'explode' }, 'op', 'The op must be one of close_run, close_session, complete_milestone, add_result, rename_project, revoke_token, issue_token, grant_project, revoke_project.'],
+    [{ run_id: 1 }, 'op', 'The op is required.'],
+    [{ op: 'close_session' }, 'session_id', 'The session_id is required.'],
+    [{ op: 'close_session', session_id: true }, 'session_id', 'The session_id must be integer.'],
+    [{ op: 'add_result', run_id: 1, status_id: 10 }, 'status_id', 'The status_id must be <= 9.'],
+    [{ op: 'complete_milestone', milestone_id: 1, milestone: 2 }, 'milestone', 'Unknown field milestone.'],
+  ])('answers %j with 400 naming the field and the rule it broke', async (body, field, rule) => {
+    const a = await call(`${em.url}/__emulator/mutations`, { method: 'POST', body: JSON.stringify(body) });
+    expect(a.status).toBe(400);
+    expect(a.json()).toEqual({ message: rule, errors: { [field]: [rule] } });
+  });
+
+  it('changes nothing when the body is rejected, even if the op and its fields were valid', async () => {
+    const run = await firstWhere('/projects/3/runs', (r) => !r.is_closed);
+    const a = await call(`${em.url}/__emulator/mutations`, { method: 'POST', body: JSON.stringify({ op: 'close_run', run_id: run.id, by: 2 }) });
+    expect(a.status).toBe(400);
+    expect((await read(`/runs/${run.id}`)).result).toEqual(run);
   });
 
   it('rejects a body that is not JSON with 400 naming the body', async () => {
