@@ -1,9 +1,16 @@
 /**
- * The Read API as data: the 19 GET operations of `shared/spec/read-api.md`.
+ * The Read API as data: the 19 GET operations of `shared/spec/read-api.md`, and the resources
+ * they are about.
  *
- * This table is the one description of the API in the project. The emulator's routes and
- * validation, the proxy's normalization, key scopes and freshness policy are all derived from it:
- * adding an endpoint is adding one row.
+ * These two tables are the one description of the API in the project. The emulator's routes and
+ * validation, the proxy's normalization, key scopes, freshness and invalidation are all derived
+ * from them: adding an endpoint is adding one operation row (and, for a new kind of resource, one
+ * resource row, which the compiler then demands).
+ *
+ * Invariants (checked by test/api/catalogue.test.ts, and at load for the id parameters):
+ * - every path id of an operation is the `idParam` of exactly one resource;
+ * - an operation's path ends with its resource's collection segments (then its id for a single);
+ * - a resource that is `settledWith` another is listed under it, and that one has a settled flag.
  */
 
 /** Expand type names of the spec (section "Expand objects"). */
@@ -258,6 +265,67 @@ export const OPERATIONS: readonly Operation[] = [
 ];
 
 export const API_PREFIX = '/api/v1';
+
+/** The lifecycle flags of the spec ("States and transitions"): `true` means the resource is final. */
+export type SettledFlag = 'is_closed' | 'is_completed' | 'is_retired';
+
+/** Where a resource sits in the URL space and when it stops changing: what the cache needs of it. */
+export interface ResourceSpec {
+  /**
+   * Path segments of its collection (`runs`, `automation/sources`). Wherever they occur in a path,
+   * a following id names one resource of this kind: `/projects/4/runs` and `/runs/7` alike.
+   */
+  readonly collection: readonly string[];
+  /** The path parameter that names one of it (`/runs/{run_id}`); null when no path names one. */
+  readonly idParam: string | null;
+  /** The flag that marks it final (spec, "States and transitions"); null when it has none. */
+  readonly settledFlag: SettledFlag | null;
+  /**
+   * The resource it is listed under and whose settled state it shares: the results of a closed
+   * run do not change any more. Null for a resource that settles on its own or never.
+   */
+  readonly settledWith: ResourceName | null;
+}
+
+/**
+ * Every resource of the catalogue. A Record, so a new ResourceName does not compile until it has
+ * a row. `is_latest` of results is not a settled flag: a newer result clears it.
+ */
+export const RESOURCES: Readonly<Record<ResourceName, ResourceSpec>> = {
+  current_user: { collection: ['user'], idParam: null, settledFlag: null, settledWith: null },
+  user: { collection: ['users'], idParam: 'user_id', settledFlag: null, settledWith: null },
+  // The members of a project: `/projects/{project_id}/users`, items are users.
+  project_user: { collection: ['users'], idParam: null, settledFlag: null, settledWith: null },
+  project: { collection: ['projects'], idParam: 'project_id', settledFlag: 'is_completed', settledWith: null },
+  run: { collection: ['runs'], idParam: 'run_id', settledFlag: 'is_closed', settledWith: null },
+  result: { collection: ['results'], idParam: null, settledFlag: null, settledWith: 'run' },
+  milestone: { collection: ['milestones'], idParam: 'milestone_id', settledFlag: 'is_completed', settledWith: null },
+  session: { collection: ['sessions'], idParam: 'session_id', settledFlag: 'is_closed', settledWith: null },
+  automation_source: {
+    collection: ['automation', 'sources'], idParam: 'automation_source_id', settledFlag: 'is_retired', settledWith: null,
+  },
+  role: { collection: ['roles'], idParam: 'role_id', settledFlag: null, settledWith: null },
+  group: { collection: ['groups'], idParam: 'group_id', settledFlag: null, settledWith: null },
+};
+
+/** idParam → resource. Built at load so a path id no resource claims fails every start and test. */
+const RESOURCE_OF_ID_PARAM: ReadonlyMap<string, ResourceName> = (() => {
+  const byParam = new Map<string, ResourceName>();
+  for (const [name, spec] of Object.entries(RESOURCES) as [ResourceName, ResourceSpec][]) {
+    if (spec.idParam !== null) byParam.set(spec.idParam, name);
+  }
+  for (const op of OPERATIONS) {
+    for (const id of op.pathIds) if (!byParam.has(id)) throw new Error(`${op.id}: no resource has id parameter ${id}`);
+  }
+  return byParam;
+})();
+
+/** The resource a path id names (`run_id` → `run`). */
+export function resourceOfIdParam(idParam: string): ResourceName {
+  const resource = RESOURCE_OF_ID_PARAM.get(idParam);
+  if (resource === undefined) throw new Error(`no resource has id parameter ${idParam}`);
+  return resource;
+}
 
 const BY_ID = new Map<OperationId, Operation>(OPERATIONS.map((op) => [op.id, op]));
 

@@ -10,9 +10,16 @@
  *
  * Only single-resource answers are parsed (they are small); list bodies are stored as bytes
  * without being read, so a miss costs no JSON parse of a 100-item page.
+ *
+ * Nothing here names an operation or a resource kind (besides `project`, the container every
+ * answer's `project_id` points at): which flag settles a resource, which resource a path id or
+ * a write path names, whose settled state a list shares, all come from the catalogue's rows, and
+ * write paths are read by the same parser as read paths (src/api/route.ts). Invariant: a write
+ * to the path of any cached answer drops at least that answer's path tags.
  */
-import type { Operation, ResourceName } from '../api/catalogue.js';
+import { OPERATIONS, RESOURCES, resourceOfIdParam, type Operation, type ResourceName } from '../api/catalogue.js';
 import type { CanonicalRequest } from '../api/normalize.js';
+import { resourcesInPath } from '../api/route.js';
 import type { Config, FreshnessRule } from '../config/schema.js';
 
 export interface EntryPolicy {
@@ -22,36 +29,34 @@ export interface EntryPolicy {
   readonly tags: readonly string[];
 }
 
-/** The flag that marks a resource as settled (spec, "States and transitions"). */
-const SETTLED_FLAG: Partial<Record<ResourceName, string>> = {
-  run: 'is_closed',
-  session: 'is_closed',
-  milestone: 'is_completed',
-  project: 'is_completed',
-  automation_source: 'is_retired',
-};
-
-/** Path ids that name a resource: the invalidation tag a write to that path drops. */
-const ID_TAG: Readonly<Record<string, string>> = {
-  project_id: 'project',
-  run_id: 'run',
-  milestone_id: 'milestone',
-  session_id: 'session',
-  automation_source_id: 'automation_source',
-  user_id: 'user',
-  role_id: 'role',
-  group_id: 'group',
-};
-
 /** Bound of what the policy learns from answers; forgetting only costs a shorter TTL or a wider miss. */
 const MAX_REMEMBERED = 100_000;
 
-/** Collections whose lists are tagged by resource name (site-wide lists, not inside a project). */
-const COLLECTION_TAGS = new Set<ResourceName>(['project', 'user', 'role', 'group']);
+/** `/projects`, `/users`, `/roles`, `/groups`: lists not inside any other resource. */
+function isSiteWideList(op: Operation): boolean {
+  return op.envelope === 'list' && op.pathIds.length === 0;
+}
+
+/**
+ * Resources with a site-wide list. Such a list is tagged by the resource name, and a write that
+ * names the resource drops it: a created, changed or deleted item may enter or leave any page.
+ * Lists inside a resource carry that resource's tag instead (`project:4` for its runs).
+ */
+const LISTED_SITE_WIDE: ReadonlySet<ResourceName> = new Set(OPERATIONS.filter(isSiteWideList).map((op) => op.resource));
+
+/** Resources whose settled state others share (runs, for their results): the policy remembers which it saw settled. */
+const SHARES_SETTLED: ReadonlySet<ResourceName> = new Set(
+  Object.values(RESOURCES).flatMap((spec) => (spec.settledWith === null ? [] : [spec.settledWith])),
+);
+
+/** The invalidation tag of one resource: `run:7`. */
+function tagOf(resource: ResourceName, id: number): string {
+  return `${resource}:${id}`;
+}
 
 export class FreshnessPolicy {
-  /** Runs seen closed (from single-run answers): their results are settled too. */
-  private readonly closedRuns = new Set<number>();
+  /** Per resource in SHARES_SETTLED, the ids seen settled (from single answers). */
+  private readonly settledIds = new Map<ResourceName, Set<number>>();
   /** Project of each run/session/milestone/source seen, so a write to `/runs/7` can drop its project's lists. */
   private readonly projectOf = new Map<string, number>();
 
@@ -59,15 +64,15 @@ export class FreshnessPolicy {
 
   decide(req: CanonicalRequest, body: Buffer): EntryPolicy {
     const op = req.op;
-    const tags = tagsFromIds(op, req.ids);
+    const tags = op.pathIds.map((name) => tagOf(resourceOfIdParam(name), req.ids[name]!));
     let settled = false;
     if (op.envelope === 'single') {
       const result = parseResult(body);
       if (result) settled = this.learn(op, result, tags);
-    } else if (op.id === 'listRunResults') {
-      settled = this.closedRuns.has(req.ids['run_id']!);
+    } else {
+      settled = this.settledByParent(op.resource, req.ids);
     }
-    if (op.envelope === 'list' && COLLECTION_TAGS.has(op.resource) && op.pathIds.length === 0) tags.push(op.resource);
+    if (isSiteWideList(op)) tags.push(op.resource);
     const rule: FreshnessRule = settled
       ? this.freshness.settled
       : (this.freshness.byResource[op.resource] ?? this.freshness.default);
@@ -81,40 +86,51 @@ export class FreshnessPolicy {
 
   /** Tags a successful write to `pathname` invalidates: what it names, and the project that holds it. */
   tagsForWrite(pathname: string): string[] {
-    const parts = pathname.replace(/^\/api\/v1\//, '').split('/');
     const tags: string[] = [];
-    for (let i = 0; i < parts.length; i++) {
-      const collection = parts[i] === 'automation' ? `automation/${parts[++i] ?? ''}` : parts[i]!;
-      const resource = COLLECTION_RESOURCE[collection];
-      if (!resource) continue;
-      const id = parts[i + 1];
-      if (COLLECTION_TAGS.has(resource)) tags.push(resource);
-      if (id !== undefined && /^\d+$/.test(id)) {
-        const tag = `${resource}:${id}`;
-        tags.push(tag);
-        const project = this.projectOf.get(tag);
-        if (project !== undefined) tags.push(`project:${project}`);
-        i++;
-      }
+    for (const { resource, id } of resourcesInPath(pathname)) {
+      if (LISTED_SITE_WIDE.has(resource)) tags.push(resource);
+      if (id === undefined) continue;
+      const tag = tagOf(resource, id);
+      tags.push(tag);
+      const project = this.projectOf.get(tag);
+      if (project !== undefined) tags.push(tagOf('project', project));
     }
     return [...new Set(tags)];
   }
 
+  /** A list of a resource that shares its parent's settled state (a closed run's results), when the parent was seen settled. */
+  private settledByParent(resource: ResourceName, ids: Readonly<Record<string, number>>): boolean {
+    const parent = RESOURCES[resource].settledWith;
+    if (parent === null) return false;
+    const idParam = RESOURCES[parent].idParam;
+    const id = idParam === null ? undefined : ids[idParam];
+    return id !== undefined && this.settledIds.get(parent)?.has(id) === true;
+  }
+
   private learn(op: Operation, result: Record<string, unknown>, tags: string[]): boolean {
+    // Single answers name their project in the body (`project_id`), not in the path: tag the entry
+    // with it so a write to the project drops it, and remember it for writes to this resource.
     const projectId = result['project_id'];
     if (typeof projectId === 'number') {
-      const tag = `project:${projectId}`;
+      const tag = tagOf('project', projectId);
       if (!tags.includes(tag)) tags.push(tag);
-      if (typeof result['id'] === 'number') this.rememberProject(`${op.resource}:${result['id']}`, projectId);
+      if (typeof result['id'] === 'number') this.rememberProject(tagOf(op.resource, result['id']), projectId);
     }
-    const flag = SETTLED_FLAG[op.resource];
-    const settled = flag !== undefined && result[flag] === true;
-    if (op.resource === 'run' && typeof result['id'] === 'number') {
-      if (settled && this.closedRuns.size >= MAX_REMEMBERED) this.closedRuns.clear();
-      if (settled) this.closedRuns.add(result['id']);
-      else this.closedRuns.delete(result['id']);
-    }
+    const flag = RESOURCES[op.resource].settledFlag;
+    const settled = flag !== null && result[flag] === true;
+    if (SHARES_SETTLED.has(op.resource) && typeof result['id'] === 'number') this.rememberSettled(op.resource, result['id'], settled);
     return settled;
+  }
+
+  private rememberSettled(resource: ResourceName, id: number, settled: boolean): void {
+    let ids = this.settledIds.get(resource);
+    if (ids === undefined) this.settledIds.set(resource, (ids = new Set()));
+    if (!settled) {
+      ids.delete(id); // reopened: its children change again
+      return;
+    }
+    if (ids.size >= MAX_REMEMBERED) ids.clear();
+    ids.add(id);
   }
 
   private rememberProject(tag: string, projectId: number): void {
@@ -122,21 +138,6 @@ export class FreshnessPolicy {
     if (this.projectOf.size >= MAX_REMEMBERED) this.projectOf.clear();
     this.projectOf.set(tag, projectId);
   }
-}
-
-const COLLECTION_RESOURCE: Readonly<Record<string, ResourceName>> = {
-  projects: 'project',
-  runs: 'run',
-  milestones: 'milestone',
-  sessions: 'session',
-  'automation/sources': 'automation_source',
-  users: 'user',
-  roles: 'role',
-  groups: 'group',
-};
-
-function tagsFromIds(op: Operation, ids: Readonly<Record<string, number>>): string[] {
-  return op.pathIds.map((name) => `${ID_TAG[name] ?? name}:${ids[name]}`);
 }
 
 function parseResult(body: Buffer): Record<string, unknown> | undefined {
