@@ -5,7 +5,7 @@
  * Clients send the same Accept-Encoding on every request, so the verdict is memoized per header
  * value: the hit path pays one Map lookup, not a parse.
  */
-import { readBody, type CacheEntry } from '../cache/entry.js';
+import type { CacheEntry } from '../cache/entry.js';
 
 const verdicts = new Map<string, boolean>();
 const MAX_VERDICTS = 1_000;
@@ -52,18 +52,6 @@ export interface Representation {
   readonly body: Buffer;
   readonly etag: string;
   readonly gzip: boolean;
-}
-
-/**
- * The representation to send for this Accept-Encoding; undefined when the entry's identity body
- * cannot be decoded (treated as no entry).
- */
-export function selectRepresentation(entry: CacheEntry, acceptEncoding: string | undefined): Representation | undefined {
-  if (entry.gzip !== undefined && entry.gzipEtag !== undefined && acceptsGzip(acceptEncoding)) {
-    return { body: entry.gzip, etag: entry.gzipEtag, gzip: true };
-  }
-  const body = readBody(entry);
-  return body === undefined ? undefined : { body, etag: entry.etag, gzip: false };
 }
 
 /**

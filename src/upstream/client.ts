@@ -1,11 +1,14 @@
 /**
- * The way to the instance: an undici Pool with keep-alive and timeouts, a bound on concurrent
- * upstream requests with a bounded queue, and per-caller Retry-After bookkeeping.
+ * The way to the instance for the cache's own requests (fills and GET /user): an undici Pool
+ * with keep-alive and timeouts, and a bound on concurrent upstream requests with a bounded queue.
+ * (Passthrough requests go through @fastify/http-proxy instead; the per-caller Retry-After gate
+ * is the read-through's, in proxy/retry-after.ts.)
  *
  * It returns every upstream answer as it is (status, headers, body bytes); deciding what is
  * cacheable is the read-through's job. Transport failures become an UpstreamError carrying a code
  * and the HTTP status the proxy answers with: 504 for a timeout, 502 for a refused or reset
- * connection, 503 when the queue is full (fastify-reply-from does the same mapping).
+ * connection (RFC 9110 §15.6.5 and §15.6.3: the gateway's statuses), 503 when tm-cache's own
+ * queue is full.
  */
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { IncomingHttpHeaders } from 'node:http';
