@@ -135,10 +135,16 @@ describe('what Redis holds', () => {
     const old = await replica();
     const { token, project_ids } = emulator.tokens.member(0);
     const path = `/api/v1/projects/${project_ids[0]}/automation/sources`;
+    // Redis writes never delay a response: each step waits for the previous one's entry to land.
+    const client = new Redis(redis.url);
+    const landed = (query: string) => until(async () => (await client.keys(`*listAutomationSources|${project_ids[0]}|${query}}`)).length === 1);
     await old.get(path, token);
+    await landed('');
     const rotated = await replica({ encryptionKeys: { k1: KEY_1, k2: KEY_2 }, encryptionKeyId: 'k2' });
-    await until(async () => /detail=redis/.test(String((await rotated.get(path, token)).headers['cache-status'])));
+    expect((await rotated.get(path, token)).headers['cache-status']).toMatch(/detail=redis/);
     await rotated.get(`/api/v1/projects/${project_ids[0]}/automation/sources?per_page=15`, token);
+    await landed('per_page=15');
+    client.disconnect();
     const onlyNew = await replica({ encryptionKeys: { k2: KEY_2 }, encryptionKeyId: 'k2' });
     await emulator.resetStats();
     expect((await onlyNew.get(`/api/v1/projects/${project_ids[0]}/automation/sources?per_page=15`, token)).headers['cache-status']).toMatch(/detail=redis/);
