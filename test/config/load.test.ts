@@ -11,9 +11,8 @@ import {
   decodeSecret,
   loadConfig,
   normalizeUpstreamUrl,
-  RESOURCE_NAMES,
 } from '../../src/config/load.js';
-import { DEFAULT_CONFIG, type Config } from '../../src/config/schema.js';
+import { DEFAULT_CONFIG, RESOURCE_NAMES, type Config } from '../../src/config/schema.js';
 import { keysWithoutComment } from '../helpers/yaml-comments.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
