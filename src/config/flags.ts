@@ -25,8 +25,11 @@ export function parseFlags(argv: readonly string[], flags: readonly string[]): P
   const problems: string[] = [];
   let previousFailed = false;
   for (const token of tokens) {
-    // A word right after a failed flag is its value (`--ports 1`) or what it swallowed: no news.
-    if (token.kind === 'positional' && previousFailed) continue;
+    // The word right after a failed flag is its value (`--ports 1`) or what it swallowed: no news.
+    if (token.kind === 'positional' && previousFailed) {
+      previousFailed = false;
+      continue;
+    }
     const problem = problemOf(token, flags, allowed);
     if (problem !== undefined) problems.push(problem);
     else if (token.kind === 'option') values.set(token.rawName, token.value!.trim());
