@@ -1,19 +1,14 @@
 /**
- * The configuration of `tm-cache serve`, described once. This TypeBox schema is at the same time
- * - the JSON Schema that validates the merged sources (validate.ts, with Ajv),
- * - the `Config` type the rest of the code reads (`Static<typeof ConfigSchema>`, deeply readonly),
- * - the defaults: `DEFAULT_CONFIG` is collected from the `default` of every setting. It is the one
- *   source of truth; `config/default.yaml` documents each setting with a comment and a test checks
- *   that it parses to exactly `DEFAULT_CONFIG`.
- *
+ * The configuration of `tm-cache serve`, described once. This TypeBox schema is the JSON Schema
+ * that validates the merged sources (validate.ts, Ajv), the `Config` type the code reads, and the
+ * defaults: `DEFAULT_CONFIG` collects the `default` of every setting. That is the one source of
+ * truth; `config/default.yaml` documents each setting and a test checks it equals DEFAULT_CONFIG.
  * Units are in the names (ttlMs, maxBytes); messages take the unit from the name.
- * Annotations beyond JSON Schema (an Ajv vocabulary: never validated, only read):
- *   flag, env    the command-line flag and environment variable that set the setting;
- *   secret       its value is never shown in a message;
- *   allowed      what is allowed, for messages, where the keywords cannot say it (formats);
- *   note         added to the derived description, e.g. what 0 means for a port;
- *   allowedKeys  what keys an open map (`byResource`, `encryptionKeys`) allows, for messages.
- * The formats (`upstream-url`, `host-port`, ...) are implemented in validate.ts.
+ *
+ * Annotations beyond JSON Schema (an Ajv vocabulary, read but never validated): `flag` and `env`
+ * that set a setting; `secret`, never shown in messages; `allowed`, what a message says is allowed
+ * where the keywords cannot say it (formats, implemented in validate.ts); `note`, added to the
+ * derived description; `allowedKeys`, what keys an open map allows.
  */
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { OPERATIONS, type ResourceName } from '../api/catalogue.js';
@@ -32,11 +27,7 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
 /** The resources of the catalogue: a `byResource` key must be one of them. */
 export const RESOURCE_NAMES: readonly ResourceName[] = [...new Set(OPERATIONS.map((op) => op.resource))].sort();
 
-interface Annotations {
-  readonly flag?: string;
-  readonly env?: string;
-  readonly secret?: boolean;
-}
+type Annotations = { readonly flag?: string; readonly env?: string; readonly secret?: boolean };
 
 const withDefault = (value: unknown) => (value === undefined ? {} : { default: value });
 const section = <T extends Record<string, TSchema>>(fields: T) => Type.Object(fields, { additionalProperties: false });

@@ -24,23 +24,20 @@ export interface Layer {
   readonly labels?: ReadonlyMap<string, string>;
 }
 
-/** One setting that a flag and/or an environment variable can set. */
+/** One setting that a flag and/or an environment variable can set: its schema names them. */
 export interface ConfigOverride {
   /** Dotted path in `Config`, e.g. `server.port`. */
   readonly setting: string;
   readonly flag?: string;
   readonly env?: string;
-  /** How the raw text becomes a value: kept as text, read as an integer, or `id:key,...`. */
-  readonly parse: 'text' | 'integer' | 'keyList';
-  readonly secret?: boolean;
+  readonly schema: SchemaNode;
 }
 
 function* overridesOf(schema: SchemaNode, path: string): Generator<ConfigOverride> {
   if (kindOf(schema) === 'section') {
     for (const [key, child] of Object.entries(schema.properties!)) yield* overridesOf(child, path === '' ? key : `${path}.${key}`);
   } else if (schema.flag !== undefined || schema.env !== undefined) {
-    const parse = schema.type === 'integer' ? 'integer' : kindOf(schema) === 'map' ? 'keyList' : 'text';
-    yield { setting: path, flag: schema.flag, env: schema.env, parse, secret: schema.secret };
+    yield { setting: path, flag: schema.flag, env: schema.env, schema };
   }
 }
 
@@ -98,12 +95,13 @@ function overrideLayer(label: string, nameOf: (o: ConfigOverride) => string | un
   return { label, values, labels };
 }
 
-function parseRaw(raw: string, override: ConfigOverride, source: string, problems: string[]): unknown {
-  if (override.parse === 'integer') return /^[+-]?\d+$/.test(raw) ? Number(raw) : raw;
-  if (override.parse === 'text') return raw;
+/** Text → the type of the setting: an integer, an `id:key,...` list for an open map, else text. */
+function parseRaw(raw: string, { setting, schema }: ConfigOverride, source: string, problems: string[]): unknown {
+  if (schema.type === 'integer') return /^[+-]?\d+$/.test(raw) ? Number(raw) : raw;
+  if (kindOf(schema) !== 'map') return raw;
   const parsed = parseKeyList(raw);
   if ('keys' in parsed) return parsed.keys;
-  problems.push(`${override.setting} (from ${source}): ${parsed.problem}; allowed: ${KEY_LIST_FORMAT}`);
+  problems.push(`${setting} (from ${source}): ${parsed.problem}; allowed: ${KEY_LIST_FORMAT}`);
   return {};
 }
 

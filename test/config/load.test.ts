@@ -94,6 +94,14 @@ describe('defaults', () => {
     }
   });
 
+  it('config/default.yaml names each flag and environment variable on the row of its setting', () => {
+    const rows = readFileSync(DEFAULT_YAML, 'utf8').split('\n').filter((line) => /^#\s+[a-z]+\.[\w.]+\s/.test(line));
+    const table = rows.map((row) => row.slice(1).trim().split(/\s+/).filter((word) => /^(--|TM_CACHE_|[a-z]+\.)/.test(word)));
+    const expected = CONFIG_OVERRIDES.map(({ setting, flag, env }) => [setting, ...(flag ? [flag] : []), ...(env ? [env] : [])]);
+    const bySetting = (a: string[], b: string[]) => a[0]!.localeCompare(b[0]!);
+    expect(table.sort(bySetting)).toEqual(expected.sort(bySetting));
+  });
+
   it('byResource accepts exactly the resources of the catalogue', () => {
     expect([...RESOURCE_NAMES].sort()).toEqual(
       ['automation_source', 'current_user', 'group', 'milestone', 'project', 'project_user', 'result', 'role', 'run', 'session', 'user'],
