@@ -1,18 +1,19 @@
 /**
  * The sources of settings as layers of partial trees, and their merge over the defaults.
  *
- * - A config file: YAML, shape-checked against the schema (unknown keys are errors).
+ * - A config file: YAML, a mapping of settings (what it holds is judged after the merge).
  * - Environment variables and flags: the settings whose schema names an `env` or a `flag`
  *   (`CONFIG_OVERRIDES`). An empty variable counts as unset: templated environments (Compose,
  *   Helm) often render unset values as "". Text that does not look like the expected type is
  *   kept as text, so validation reports it like any other wrong value, naming its source.
  * The merge goes section by section; a leaf, a list or an open map is replaced whole by the
- * source that sets it, and `origin` remembers which source that was.
+ * source that sets it, and `origin` remembers which source that was. It keeps unknown keys
+ * for validation to report.
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml, YAMLError } from 'yaml';
 import { KEY_LIST_FORMAT, parseKeyList } from './secrets.js';
-import { checkShape, describeType, isPlainObject, kindOf, ROOT, type SchemaNode } from './validate.js';
+import { describeType, isPlainObject, kindOf, ROOT, type SchemaNode } from './validate.js';
 
 type Tree = Record<string, unknown>;
 
@@ -69,7 +70,6 @@ export function readConfigFile(path: string, source: string, problems: string[])
     problems.push(`${label}: received ${describeType(parsed)}; allowed: a mapping of settings (see config/default.yaml)`);
     return empty;
   }
-  checkShape(parsed, ROOT, '', label, problems);
   return { label, values: parsed };
 }
 
@@ -117,7 +117,7 @@ function setPath(tree: Tree, path: string, value: unknown): void {
   node[parts.at(-1)!] = value;
 }
 
-/** Merges shape-checked layers over the defaults, lowest first. Returns the tree and who set what. */
+/** Merges layers over the defaults, lowest first. Returns the tree and who set what. */
 export function mergeLayers(defaults: unknown, layers: readonly Layer[]): { merged: Tree; origin: Map<string, string> } {
   const merged = structuredClone(defaults) as Tree;
   const origin = new Map<string, string>();
@@ -125,15 +125,17 @@ export function mergeLayers(defaults: unknown, layers: readonly Layer[]): { merg
   return { merged, origin };
 }
 
+/** Sections merge key by key; anything else, known or not, replaces what was there (validation judges it). */
 function mergeInto(target: Tree, values: Tree, schema: SchemaNode, path: string, layer: Layer, origin: Map<string, string>): void {
   for (const [key, value] of Object.entries(values)) {
-    const childSchema = schema.properties![key]!;
+    const childSchema = Object.hasOwn(schema.properties!, key) ? schema.properties![key]! : undefined;
     const childPath = path === '' ? key : `${path}.${key}`;
-    if (kindOf(childSchema) === 'section') {
-      mergeInto(target[key] as Tree, value as Tree, childSchema, childPath, layer, origin);
+    if (childSchema !== undefined && kindOf(childSchema) === 'section' && isPlainObject(value)) {
+      mergeInto(target[key] as Tree, value, childSchema, childPath, layer, origin);
       continue;
     }
-    target[key] = structuredClone(value);
+    // defineProperty: a `__proto__` key of the file stays a key (an unknown one), not a prototype.
+    Object.defineProperty(target, key, { value: structuredClone(value), enumerable: true, writable: true, configurable: true });
     for (const known of [...origin.keys()]) if (known.startsWith(`${childPath}.`)) origin.delete(known);
     origin.set(childPath, layer.labels?.get(childPath) ?? layer.label);
   }

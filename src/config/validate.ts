@@ -1,12 +1,11 @@
 /**
- * Checking values against the schema (schema.ts) and phrasing what is wrong.
+ * Checking the merged sources against the schema (schema.ts) with Ajv, and phrasing what is wrong.
  *
- * Two passes, because a value's source is only known before the merge and its validity after it:
- * - `checkShape`, per config file: only known keys, sections where sections belong. The merge
- *   relies on it; leaf values are not looked at.
- * - `validateMerged`: Ajv (allErrors) on the merged result, one problem per setting.
- * Every problem names the setting, its source, the value (secrets as `<redacted>`) and what is
- * allowed, which is derived from the schema: its keywords, the unit in the name, or `allowed`.
+ * One pass, with allErrors, over the merged tree: the merge keeps what the schema does not know
+ * (unknown keys, a value where a section belongs), so that Ajv reports it along with everything
+ * else. Every problem names the setting, its source (`origin`), the value (secrets as
+ * `<redacted>`) and what is allowed, derived from the schema: its keywords, the unit in the name,
+ * or its `allowed` annotation.
  */
 import { Ajv } from 'ajv';
 import { ConfigSchema } from './schema.js';
@@ -59,50 +58,32 @@ const validator = ajv.compile(ConfigSchema);
 export const kindOf = (schema: SchemaNode) =>
   schema.type !== 'object' ? 'leaf' : schema.properties !== undefined ? 'section' : 'map';
 
-/** The schema of a section's field or of an open map's value; undefined for an unknown key. */
+/** The schema of a section's field or of an open map's value; undefined for an unknown field. */
 function childOf(schema: SchemaNode, key: string): SchemaNode | undefined {
   if (schema.properties !== undefined) return Object.hasOwn(schema.properties, key) ? schema.properties[key] : undefined;
-  const value = schema.additionalProperties;
-  return typeof value === 'object' && ajv.validate(schema.propertyNames!, key) ? value : undefined;
+  return typeof schema.additionalProperties === 'object' ? schema.additionalProperties : undefined;
 }
 
-/** A config file may only hold keys the schema knows, with sections where sections belong. */
-export function checkShape(value: unknown, schema: SchemaNode, path: string, label: string, problems: string[]): void {
-  if (kindOf(schema) === 'leaf') return; // its value is validated after the merge
-  if (!isPlainObject(value)) {
-    const shown = schema.secret ? REDACTED : describeType(value);
-    problems.push(`${path} (from ${label}): received ${shown}; allowed: ${allowedOf(schema, path)}`);
-    return;
-  }
-  for (const [key, child] of Object.entries(value)) {
-    const childPath = path === '' ? key : `${path}.${key}`;
-    const childSchema = childOf(schema, key);
-    if (childSchema !== undefined) {
-      checkShape(child, childSchema, childPath, label, problems);
-    } else if (schema.properties !== undefined) {
-      const where = path === '' ? 'top level' : path;
-      problems.push(`unknown setting ${childPath} (in ${label}); allowed at ${where}: ${Object.keys(schema.properties).join(', ')}`);
-    } else {
-      problems.push(`unknown key ${childPath} (in ${label}); allowed: ${schema.allowedKeys}`);
-    }
-  }
-}
-
-/** Every setting the merged tree gets wrong on its own, one problem each, in schema order. */
+/** Every problem of the merged tree, one per setting (or unknown key), in schema order. */
 export function validateMerged(merged: Tree, origin: Origin): string[] {
   if (validator(merged)) return [];
   const problems = new Map<string, string>();
   for (const error of validator.errors ?? []) {
-    const keys = error.instancePath.split('/').slice(1).map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~'));
-    if (error.keyword === 'required') keys.push((error.params as { missingProperty: string }).missingProperty);
-    const { path, schema, value } = settingAt(keys, merged);
-    if (!problems.has(path)) problems.set(path, describeProblem(path, value, allowedOf(schema, path), origin, schema));
+    if (error.propertyName !== undefined) continue; // why a key is refused: `propertyNames` says it
+    const at = settingAt(error.instancePath.split('/').slice(1).map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~')), merged);
+    const params = error.params as { additionalProperty?: string; propertyName?: string };
+    const unknown = params.additionalProperty ?? params.propertyName;
+    const path = unknown === undefined ? at.path : at.path === '' ? unknown : `${at.path}.${unknown}`;
+    if (problems.has(path)) continue;
+    problems.set(path, unknown === undefined ? describeProblem(path, at.value, allowedOf(at.schema, path), origin, at.schema) : unknownKey(path, at, origin));
   }
   return [...problems.values()];
 }
 
+type Setting = { readonly path: string; readonly schema: SchemaNode; readonly value: unknown };
+
 /** Follows keys down sections and open maps; a list or a leaf is one setting, whatever index failed. */
-function settingAt(keys: readonly string[], tree: Tree): { path: string; schema: SchemaNode; value: unknown } {
+function settingAt(keys: readonly string[], tree: Tree): Setting {
   let schema = ROOT;
   let value: unknown = tree;
   const path: string[] = [];
@@ -113,6 +94,14 @@ function settingAt(keys: readonly string[], tree: Tree): { path: string; schema:
     path.push(key);
   }
   return { path: path.join('.'), schema, value };
+}
+
+/** Only a config file can hold a key the schema does not know: a typo, most likely. */
+function unknownKey(path: string, parent: Setting, origin: Origin): string {
+  const source = originOf(path, origin) ?? 'default';
+  if (parent.schema.properties === undefined) return `unknown key ${path} (in ${source}); allowed: ${parent.schema.allowedKeys}`;
+  const where = parent.path === '' ? 'top level' : parent.path;
+  return `unknown setting ${path} (in ${source}); allowed at ${where}: ${Object.keys(parent.schema.properties).join(', ')}`;
 }
 
 /** What a setting allows, phrased to follow "allowed: ". */
@@ -132,7 +121,7 @@ export function allowedOf(schema: SchemaNode, path: string): string {
 export function describeProblem(path: string, value: unknown, allowed: string, origin: Origin, schema?: SchemaNode): string {
   const source = originOf(path, origin);
   const from = source === undefined ? '' : ` (from ${source})`;
-  const shown = schema?.secret ? REDACTED : show(value);
+  const shown = schema?.secret ? REDACTED : schema !== undefined && kindOf(schema) !== 'leaf' ? describeType(value) : show(value);
   return `${path}${from}: received ${shown}; allowed: ${allowed}${hint(path, value, source)}`;
 }
 

@@ -186,6 +186,22 @@ describe('unknown settings and flags', () => {
     expect(error.message).toContain(allowed);
   });
 
+  it('reports unknown settings together with invalid values', () => {
+    const error = configError(() => load({ file: 'cache:\n  memroy: 1\nserver:\n  port: -1\n', argv: ['--log-level', 'loud'] }));
+    expect(error.problems).toHaveLength(3);
+    expect(error.message).toContain('unknown setting cache.memroy');
+    expect(error.message).toContain('server.port (from config file');
+    expect(error.message).toContain('server.logLevel (from --log-level)');
+  });
+
+  it('takes a __proto__ key for an unknown setting, not for a prototype', () => {
+    const error = configError(() => load({ file: '__proto__:\n  polluted: true\nserver:\n  __proto__: { port: 1 }\n' }));
+    expect(error.problems).toHaveLength(2);
+    expect(error.message).toContain('unknown setting __proto__ (in config file');
+    expect(error.message).toContain('unknown setting server.__proto__ (in config file');
+    expect(({} as Record<string, unknown>)['polluted']).toBeUndefined();
+  });
+
   it.each([
     [['--nope'], 'unknown flag --nope'],
     [['--nope=1'], 'unknown flag --nope'],
