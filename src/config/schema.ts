@@ -60,9 +60,6 @@ const hostPortList = Type.Array(Type.String({ format: 'host-port' }), {
 const freshnessRule = (ttlMs?: number, staleWhileRevalidateMs?: number) =>
   section({ ttlMs: durationMs(0, ttlMs), staleWhileRevalidateMs: durationMs(0, staleWhileRevalidateMs) });
 
-export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-export const REDIS_MODES = ['standalone', 'cluster', 'sentinel'] as const;
-
 export const ConfigSchema = section({
   upstream: section({
     url: text(
@@ -82,7 +79,7 @@ export const ConfigSchema = section({
     managementHost: host('127.0.0.1', { flag: '--management-host', env: 'TM_CACHE_MANAGEMENT_HOST' }),
     managementPort: port(9090, { flag: '--management-port', env: 'TM_CACHE_MANAGEMENT_PORT' }),
     shutdownGraceMs: durationMs(0, 10_000),
-    logLevel: oneOf(LOG_LEVELS, 'info', { flag: '--log-level', env: 'TM_CACHE_LOG_LEVEL' }),
+    logLevel: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info', { flag: '--log-level', env: 'TM_CACHE_LOG_LEVEL' }),
   }),
   identity: section({
     // ≥ 1: a memo with ttl 0 means "no expiry" to lru-cache, the opposite of the intent.
@@ -109,7 +106,7 @@ export const ConfigSchema = section({
     redis: section({
       url: text('a redis:// or rediss:// URL such as redis://[:password@]host[:port][/db], or empty (memory tier only)',
         '', { format: 'redis-url', flag: '--redis', env: 'TM_CACHE_REDIS' }),
-      mode: oneOf(REDIS_MODES, 'standalone'),
+      mode: oneOf(['standalone', 'cluster', 'sentinel'], 'standalone'),
       nodes: hostPortList,
       sentinels: hostPortList,
       sentinelName: text('a string (empty only outside sentinel mode)', 'mymaster'),

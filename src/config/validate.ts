@@ -105,7 +105,7 @@ function unknownKey(path: string, parent: Setting, origin: Origin): string {
 }
 
 /** What a setting allows, phrased to follow "allowed: ". */
-export function allowedOf(schema: SchemaNode, path: string): string {
+function allowedOf(schema: SchemaNode, path: string): string {
   if (schema.allowed !== undefined) return schema.allowed;
   if (schema.enum !== undefined) return `one of ${schema.enum.join(', ')}`;
   if (schema.type === 'boolean') return 'true or false';
