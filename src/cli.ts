@@ -6,6 +6,7 @@
  * setting exits with code 2 and a message naming the setting, the value and what is allowed.
  */
 import { pino, type Logger } from 'pino';
+import { parseFlags } from './config/flags.js';
 import { ConfigError, assertUpstream, loadConfig } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { startEmulator } from './emulator/server.js';
@@ -30,19 +31,11 @@ function makeLogger(level: Config['server']['logLevel']): Logger {
   });
 }
 
-/** `--name value` / `--name=value` flags of the small subcommands (emulator, demo). */
+/** `--name value` / `--name=value` flags of the small subcommands (emulator, demo), by name without `--`. */
 function simpleFlags(argv: readonly string[], allowed: readonly string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    const eq = arg.indexOf('=');
-    const name = eq < 0 ? arg : arg.slice(0, eq);
-    if (!allowed.includes(name)) throw new ConfigError(`unknown flag ${name}; allowed: ${allowed.join(', ')}`);
-    const value = eq < 0 ? argv[++i] : arg.slice(eq + 1);
-    if (value === undefined) throw new ConfigError(`flag ${name} needs a value`);
-    out[name.slice(2)] = value;
-  }
-  return out;
+  const { values, problems } = parseFlags(argv, allowed);
+  if (problems.length > 0) throw ConfigError.fromProblems(problems);
+  return Object.fromEntries([...values].map(([flag, value]) => [flag.slice(2), value]));
 }
 
 function intFlag(flags: Record<string, string>, name: string, fallback: number, min: number, max: number): number {

@@ -4,7 +4,9 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestEmulator, type TestEmulator } from './helpers/emulator.js';
 import { httpGet } from './helpers/proxy.js';
@@ -101,10 +103,28 @@ describe('tm-cache serve', () => {
     [['serve', '--upstream', 'ftp://example'], /upstream\.url/],
     [['serve', '--upstream', 'http://127.0.0.1:1', '--bogus', '1'], /--bogus/],
     [['emulator', '--scale', 'huge'], /--scale.*huge.*small, medium, large/],
+    [['emulator', '--bogus', '1'], /unknown flag --bogus/],
+    [['demo', '--port'], /flag --port needs a value/],
     [['frobnicate'], /unknown command/],
   ])('exits 2 naming the setting for %j', async (args, message) => {
     const r = await run(args);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(message);
+  });
+
+  it.each([
+    ['cluster', 'cache.redis.nodes'],
+    ['sentinel', 'cache.redis.sentinels'],
+  ])('exits 2 at start when mode %s has no servers to find, naming %s', async (mode, setting) => {
+    const dir = mkdtempSync(join(tmpdir(), 'tm-cache-cli-'));
+    try {
+      const file = join(dir, 'tm.yaml');
+      writeFileSync(file, `cache:\n  redis:\n    mode: ${mode}\n`);
+      const r = await run(['serve', '--upstream', 'http://127.0.0.1:1'], { TM_CACHE_CONFIG: file });
+      expect(r.code).toBe(2);
+      expect(r.stderr).toContain(`${setting}: received []; allowed: at least one host:port when cache.redis.mode is ${mode}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

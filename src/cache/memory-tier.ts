@@ -4,11 +4,10 @@
  * Everything else (the tag index, sizes, expiry) is paid for on `set` and on eviction.
  */
 import { LRUCache } from 'lru-cache';
+import { DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES } from '../config/schema.js';
 import { bodyLengthOf, expiresAt, type CacheEntry } from './entry.js';
 import type { CacheTier } from './tier.js';
 
-export const DEFAULT_MAX_BYTES = 256 * 1024 * 1024;
-export const DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024;
 /**
  * What an entry costs besides its body: the headers record, the metadata object, the LRU's
  * slots and the tag index. A fixed estimate: measuring it per entry would cost more than the

@@ -11,8 +11,8 @@
  * SUBSCRIBE until connected and re-subscribes after every reconnect (ioredis autoResubscribe).
  */
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { DEFAULT_COMMAND_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, type RedisMode } from '../config/schema.js';
 
-export type RedisMode = 'standalone' | 'cluster' | 'sentinel';
 export type RedisClient = Redis | Cluster;
 export type ConnectionRole = 'commands' | 'subscriber';
 
@@ -34,8 +34,6 @@ export interface RedisConnectionOptions {
   connectTimeoutMs?: number;
 }
 
-export const DEFAULT_COMMAND_TIMEOUT_MS = 50;
-export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
 const MAX_RECONNECT_DELAY_MS = 2_000;
 
 /** Reconnect forever: 100 ms, 200 ms, ... capped at 2 s, with jitter so replicas do not stampede. */

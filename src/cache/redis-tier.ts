@@ -13,6 +13,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { DEFAULT_KEY_PREFIX, DEFAULT_MAX_ENTRY_BYTES as DEFAULT_REDIS_MAX_ENTRY_BYTES } from '../config/schema.js';
 import { decodeEntry, encodeEntry } from './codec.js';
 import { bodyLengthOf, expiresAt, type CacheEntry } from './entry.js';
 import { FailureLog, silentLogger, type FailureCounts, type TierLogger } from './failure-log.js';
@@ -52,8 +53,6 @@ export interface RedisTierStatus {
   lastError?: FailureCounts['lastError'];
 }
 
-export const DEFAULT_KEY_PREFIX = 'tmc:';
-export const DEFAULT_REDIS_MAX_ENTRY_BYTES = 8 * 1024 * 1024;
 /** Keys per UNLINK when a tag is invalidated on a standalone server. */
 const UNLINK_BATCH = 500;
 const WAIT_FIRST_POLL_MS = 5;

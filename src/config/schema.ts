@@ -1,148 +1,151 @@
 /**
- * The validated configuration of `tm-cache serve`. Units are in the names (ttlMs, maxBytes).
+ * The configuration of `tm-cache serve`, described once. This TypeBox schema is the JSON Schema
+ * that validates the merged sources (validate.ts, Ajv), the `Config` type the code reads, and the
+ * defaults: `DEFAULT_CONFIG` collects the `default` of every setting. That is the one source of
+ * truth; `config/default.yaml` documents each setting and a test checks it equals DEFAULT_CONFIG.
+ * Units are in the names (ttlMs, maxBytes); messages take the unit from the name.
  *
- * Sources, lowest precedence first: the defaults below (mirrored with a comment per setting in
- * `config/default.yaml`), the `--config` file, environment variables, command-line flags.
- * `load.ts` validates the merged result once at start and freezes it; after that the code trusts it.
+ * Annotations beyond JSON Schema (an Ajv vocabulary, read but never validated): `flag` and `env`
+ * that set a setting; `secret`, never shown in messages; `allowed`, what a message says is allowed
+ * where the keywords cannot say it (formats, implemented in validate.ts); `note`, added to the
+ * derived description; `allowedKeys`, what keys an open map allows.
  */
-import type { ResourceName } from '../api/catalogue.js';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { OPERATIONS, type ResourceName } from '../api/catalogue.js';
 
-export type RedisMode = 'standalone' | 'cluster' | 'sentinel';
-export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-
-/** Freshness of one class of answers (RFC 9111 §4.2, RFC 5861). */
-export interface FreshnessRule {
-  /** How long an answer is fresh: served from cache without asking upstream. */
-  readonly ttlMs: number;
-  /** After that, how long it may still be served at once while a background refresh runs. */
-  readonly staleWhileRevalidateMs: number;
-}
-
-export interface Config {
-  readonly upstream: {
-    /** Base URL of the instance, e.g. `https://tm.example.com` (without `/api/v1`). */
-    readonly url: string;
-    readonly connectTimeoutMs: number;
-    readonly headersTimeoutMs: number;
-    readonly bodyTimeoutMs: number;
-    /** Keep-alive connections to upstream. */
-    readonly connections: number;
-    /** Cache fills in flight at once; more wait in a queue. */
-    readonly maxConcurrent: number;
-    /** Fills that may wait for a slot; beyond that the proxy answers 503. */
-    readonly maxQueue: number;
-    /** Wait when a 429 carries no Retry-After. */
-    readonly defaultRetryAfterMs: number;
-  };
-  readonly server: {
-    readonly host: string;
-    readonly port: number;
-    readonly managementHost: string;
-    readonly managementPort: number;
-    /** How long SIGTERM waits for in-flight requests before closing anyway. */
-    readonly shutdownGraceMs: number;
-    readonly logLevel: LogLevel;
-  };
-  readonly identity: {
-    /** How long a token → caller resolution is remembered. A revoked token is refused within it. */
-    readonly ttlMs: number;
-    /** HMAC secret (hex or base64, ≥ 32 bytes) for credentials; generated and shared via Redis when empty. */
-    readonly hmacSecret: string;
-    /** Entries of the in-process identity memo. */
-    readonly maxEntries: number;
-  };
-  readonly access: {
-    /** How long a verified admin (a 200 from an admin-only operation) is remembered. */
-    readonly ttlMs: number;
-  };
-  readonly cache: {
-    /** Reject parameters the catalogue does not know with 422 instead of forwarding them uncached. */
-    readonly strict: boolean;
-    /** Let a client's `Cache-Control: no-cache` force a (coalesced) revalidation. */
-    readonly honorClientNoCache: boolean;
-    /** Serve a stale entry while upstream fails, for this long past its freshness (RFC 5861 §4). */
-    readonly staleIfErrorMs: number;
-    readonly freshness: {
-      /** Lists and anything still changing (active runs, open sessions, ...). */
-      readonly default: FreshnessRule;
-      /** Resources in a final state: closed runs and sessions, completed milestones and projects, retired sources, results of a closed run. */
-      readonly settled: FreshnessRule;
-      /** Per-resource overrides of `default`, e.g. `{ role: { ttlMs: 300000, ... } }`. */
-      readonly byResource: Readonly<Partial<Record<ResourceName, FreshnessRule>>>;
-    };
-    readonly memory: {
-      readonly maxBytes: number;
-      readonly maxEntryBytes: number;
-    };
-    readonly redis: {
-      /** `redis://host:port/db`; empty: memory tier only. */
-      readonly url: string;
-      readonly mode: RedisMode;
-      /** Cluster seed nodes `host:port` (mode cluster). */
-      readonly nodes: readonly string[];
-      /** Sentinels `host:port` (mode sentinel). */
-      readonly sentinels: readonly string[];
-      /** Name of the master the sentinels watch (mode sentinel). */
-      readonly sentinelName: string;
-      readonly keyPrefix: string;
-      readonly commandTimeoutMs: number;
-      readonly connectTimeoutMs: number;
-      /** How long a replica waits for another replica's fill of the same key before filling itself. */
-      readonly lockWaitMs: number;
-      /** Encryption keys `{ id: key }` (32 bytes, hex or base64); empty: values stored unencrypted. */
-      readonly encryptionKeys: Readonly<Record<string, string>>;
-      /** Id of the key new entries are written with; must be one of `encryptionKeys`. */
-      readonly encryptionKeyId: string;
-    };
-  };
-}
-
+/** setTimeout fires at once for delays above 2^31 − 1 ms, so no duration may exceed it. */
+const MAX_TIMER_MS = 2_147_483_647;
 const MiB = 1024 * 1024;
 
-/** The built-in defaults; `config/default.yaml` documents each one and must agree (a test checks). */
-export const DEFAULT_CONFIG: Config = {
-  upstream: {
-    url: '',
-    connectTimeoutMs: 5_000,
-    headersTimeoutMs: 30_000,
-    bodyTimeoutMs: 30_000,
-    connections: 64,
-    maxConcurrent: 64,
-    maxQueue: 1_024,
-    defaultRetryAfterMs: 60_000,
-  },
-  server: {
-    host: '127.0.0.1',
-    port: 8080,
-    managementHost: '127.0.0.1',
-    managementPort: 9090,
-    shutdownGraceMs: 10_000,
-    logLevel: 'info',
-  },
-  identity: { ttlMs: 60_000, hmacSecret: '', maxEntries: 100_000 },
-  access: { ttlMs: 300_000 },
-  cache: {
-    strict: false,
-    honorClientNoCache: true,
-    staleIfErrorMs: 24 * 3_600_000,
-    freshness: {
-      default: { ttlMs: 30_000, staleWhileRevalidateMs: 30_000 },
-      settled: { ttlMs: 3_600_000, staleWhileRevalidateMs: 3_600_000 },
-      byResource: {},
-    },
-    memory: { maxBytes: 256 * MiB, maxEntryBytes: 8 * MiB },
-    redis: {
-      url: '',
-      mode: 'standalone',
-      nodes: [],
-      sentinels: [],
-      sentinelName: 'mymaster',
-      keyPrefix: 'tmc:',
-      commandTimeoutMs: 50,
-      connectTimeoutMs: 2_000,
-      lockWaitMs: 2_000,
-      encryptionKeys: {},
-      encryptionKeyId: '',
-    },
-  },
-};
+// Defaults that the cache tiers also fall back to when built without a Config (tests, benches).
+export const DEFAULT_MAX_BYTES = 256 * MiB;
+export const DEFAULT_MAX_ENTRY_BYTES = 8 * MiB;
+export const DEFAULT_KEY_PREFIX = 'tmc:';
+export const DEFAULT_COMMAND_TIMEOUT_MS = 50;
+export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
+
+/** The resources of the catalogue: a `byResource` key must be one of them. */
+export const RESOURCE_NAMES: readonly ResourceName[] = [...new Set(OPERATIONS.map((op) => op.resource))].sort();
+
+type Annotations = { readonly flag?: string; readonly env?: string; readonly secret?: boolean };
+
+const withDefault = (value: unknown) => (value === undefined ? {} : { default: value });
+const section = <T extends Record<string, TSchema>>(fields: T) => Type.Object(fields, { additionalProperties: false });
+
+const integer = (minimum: number, maximum: number, value?: number, more?: object) =>
+  Type.Integer({ minimum, maximum, ...withDefault(value), ...more });
+const durationMs = (min: number, value?: number, more?: Annotations) => integer(min, MAX_TIMER_MS, value, more);
+const count = (min: number, value: number) => integer(min, Number.MAX_SAFE_INTEGER, value);
+const port = (value: number, more: Annotations) => integer(0, 65_535, value, { note: '0 picks a free port', ...more });
+const boolean = (value: boolean) => Type.Boolean({ default: value });
+const text = (allowed: string, value: string, more?: object) => Type.String({ allowed, default: value, ...more });
+const host = (value: string, more: Annotations) =>
+  text('a host name or IP address to listen on, e.g. 127.0.0.1 or 0.0.0.0', value, { pattern: '^[^\\s/]+$', ...more });
+
+function oneOf<const T extends readonly string[]>(values: T, value: T[number], more?: Annotations) {
+  return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], default: value, ...more });
+}
+
+/** A mapping whose keys are data (resource names, key ids), replaced whole by the source that sets it. */
+function openMap<T>(keys: object, value: TSchema, allowedKeys: string, more?: Annotations) {
+  return Type.Unsafe<T>({ type: 'object', propertyNames: { type: 'string', ...keys }, additionalProperties: value, allowedKeys, default: {}, ...more });
+}
+
+const hostPortList = Type.Array(Type.String({ format: 'host-port' }), {
+  allowed: 'a list of host:port strings, e.g. [redis-0:6379, "[::1]:6379"]',
+  default: [],
+});
+
+/** Freshness of one class of answers (RFC 9111 §4.2, RFC 5861): fresh for ttlMs, then stale-while-revalidate. */
+const freshnessRule = (ttlMs?: number, staleWhileRevalidateMs?: number) =>
+  section({ ttlMs: durationMs(0, ttlMs), staleWhileRevalidateMs: durationMs(0, staleWhileRevalidateMs) });
+
+export const ConfigSchema = section({
+  upstream: section({
+    url: text(
+      'an absolute http:// or https:// URL of the instance without credentials, query or fragment, e.g. https://tm.example.com; or empty',
+      '', { format: 'upstream-url', flag: '--upstream', env: 'TM_CACHE_UPSTREAM' }),
+    connectTimeoutMs: durationMs(1, 5_000),
+    headersTimeoutMs: durationMs(1, 30_000),
+    bodyTimeoutMs: durationMs(1, 30_000),
+    connections: count(1, 64),
+    maxConcurrent: count(1, 64),
+    maxQueue: count(0, 1_024),
+    defaultRetryAfterMs: durationMs(1, 60_000),
+  }),
+  server: section({
+    host: host('127.0.0.1', { flag: '--host', env: 'TM_CACHE_HOST' }),
+    port: port(8080, { flag: '--port', env: 'TM_CACHE_PORT' }),
+    managementHost: host('127.0.0.1', { flag: '--management-host', env: 'TM_CACHE_MANAGEMENT_HOST' }),
+    managementPort: port(9090, { flag: '--management-port', env: 'TM_CACHE_MANAGEMENT_PORT' }),
+    shutdownGraceMs: durationMs(0, 10_000),
+    logLevel: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info', { flag: '--log-level', env: 'TM_CACHE_LOG_LEVEL' }),
+  }),
+  identity: section({
+    // ≥ 1: a memo with ttl 0 means "no expiry" to lru-cache, the opposite of the intent.
+    ttlMs: durationMs(1, 60_000, { env: 'TM_CACHE_IDENTITY_TTL_MS' }),
+    hmacSecret: text(
+      'empty (generated and shared through Redis), or at least 32 bytes as hex or base64 (e.g. `openssl rand -hex 32`)',
+      '', { format: 'hmac-secret', secret: true, env: 'TM_CACHE_HMAC_SECRET' }),
+    maxEntries: count(1, 100_000),
+  }),
+  access: section({ ttlMs: durationMs(1, 300_000) }),
+  cache: section({
+    strict: boolean(false),
+    honorClientNoCache: boolean(true),
+    staleIfErrorMs: durationMs(0, 24 * 3_600_000),
+    freshness: section({
+      default: freshnessRule(30_000, 30_000),
+      settled: freshnessRule(3_600_000, 3_600_000),
+      // A rule may leave fields out: loadConfig fills them from `default` after validation,
+      // so the schema allows a partial rule while the type promises a whole one.
+      byResource: openMap<Partial<Record<ResourceName, FreshnessRule>>>(
+        { enum: RESOURCE_NAMES }, Type.Partial(freshnessRule()), `resource names: ${RESOURCE_NAMES.join(', ')}`),
+    }),
+    memory: section({ maxBytes: count(1, DEFAULT_MAX_BYTES), maxEntryBytes: count(1, DEFAULT_MAX_ENTRY_BYTES) }),
+    redis: section({
+      url: text('a redis:// or rediss:// URL such as redis://[:password@]host[:port][/db], or empty (memory tier only)',
+        '', { format: 'redis-url', flag: '--redis', env: 'TM_CACHE_REDIS' }),
+      mode: oneOf(['standalone', 'cluster', 'sentinel'], 'standalone'),
+      nodes: hostPortList,
+      sentinels: hostPortList,
+      sentinelName: text('a string (empty only outside sentinel mode)', 'mymaster'),
+      keyPrefix: text('a string without whitespace', DEFAULT_KEY_PREFIX, { pattern: '^\\S*$' }),
+      commandTimeoutMs: durationMs(1, DEFAULT_COMMAND_TIMEOUT_MS),
+      connectTimeoutMs: durationMs(1, DEFAULT_CONNECT_TIMEOUT_MS),
+      lockWaitMs: durationMs(0, 2_000),
+      encryptionKeys: openMap<Record<string, string>>(
+        { pattern: '^[A-Za-z0-9_.-]{1,64}$' },
+        Type.String({ format: 'encryption-key', secret: true,
+          allowed: 'a quoted string of exactly 32 bytes: 64 hex chars or base64 (e.g. `openssl rand -base64 32`)' }),
+        'key ids of 1 to 64 letters, digits, _ . -', { secret: true, env: 'TM_CACHE_REDIS_ENCRYPTION_KEYS' }),
+      encryptionKeyId: text('empty, or one of the ids of cache.redis.encryptionKeys', '', { env: 'TM_CACHE_REDIS_ENCRYPTION_KEY_ID' }),
+    }),
+  }),
+});
+
+type DeepReadonly<T> = T extends readonly (infer U)[]
+  ? readonly DeepReadonly<U>[]
+  : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
+
+export type Config = DeepReadonly<Static<typeof ConfigSchema>>;
+export type FreshnessRule = DeepReadonly<Static<ReturnType<typeof freshnessRule>>>;
+export type LogLevel = Config['server']['logLevel'];
+export type RedisMode = Config['cache']['redis']['mode'];
+
+/** Every setting's `default`, collected: a section has none of its own (every leaf has one). */
+function defaultsOf(schema: TSchema): unknown {
+  if ('default' in schema) return structuredClone(schema['default']);
+  return Object.fromEntries(Object.entries(schema['properties'] as Record<string, TSchema>).map(([k, s]) => [k, defaultsOf(s)]));
+}
+
+/** The built-in defaults (frozen); `config/default.yaml` documents each one and must agree (a test checks). */
+export const DEFAULT_CONFIG = deepFreeze(defaultsOf(ConfigSchema) as Config);
+
+export function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    for (const child of Object.values(value)) deepFreeze(child);
+    Object.freeze(value);
+  }
+  return value;
+}

@@ -8,12 +8,10 @@ import {
   assertUpstream,
   CONFIG_OVERRIDES,
   ConfigError,
-  decodeSecret,
   loadConfig,
   normalizeUpstreamUrl,
-  RESOURCE_NAMES,
 } from '../../src/config/load.js';
-import { DEFAULT_CONFIG, type Config } from '../../src/config/schema.js';
+import { DEFAULT_CONFIG, RESOURCE_NAMES, type Config } from '../../src/config/schema.js';
 import { keysWithoutComment } from '../helpers/yaml-comments.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -94,6 +92,14 @@ describe('defaults', () => {
       if (flag !== undefined) expect(text).toContain(flag);
       if (env !== undefined) expect(text).toContain(env);
     }
+  });
+
+  it('config/default.yaml names each flag and environment variable on the row of its setting', () => {
+    const rows = readFileSync(DEFAULT_YAML, 'utf8').split('\n').filter((line) => /^#\s+[a-z]+\.[\w.]+\s/.test(line));
+    const table = rows.map((row) => row.slice(1).trim().split(/\s+/).filter((word) => /^(--|TM_CACHE_|[a-z]+\.)/.test(word)));
+    const expected = CONFIG_OVERRIDES.map(({ setting, flag, env }) => [setting, ...(flag ? [flag] : []), ...(env ? [env] : [])]);
+    const bySetting = (a: string[], b: string[]) => a[0]!.localeCompare(b[0]!);
+    expect(table.sort(bySetting)).toEqual(expected.sort(bySetting));
   });
 
   it('byResource accepts exactly the resources of the catalogue', () => {
@@ -178,6 +184,22 @@ describe('unknown settings and flags', () => {
     const error = configError(() => load({ file }));
     expect(error.message).toContain(named);
     expect(error.message).toContain(allowed);
+  });
+
+  it('reports unknown settings together with invalid values', () => {
+    const error = configError(() => load({ file: 'cache:\n  memroy: 1\nserver:\n  port: -1\n', argv: ['--log-level', 'loud'] }));
+    expect(error.problems).toHaveLength(3);
+    expect(error.message).toContain('unknown setting cache.memroy');
+    expect(error.message).toContain('server.port (from config file');
+    expect(error.message).toContain('server.logLevel (from --log-level)');
+  });
+
+  it('takes a __proto__ key for an unknown setting, not for a prototype', () => {
+    const error = configError(() => load({ file: '__proto__:\n  polluted: true\nserver:\n  __proto__: { port: 1 }\n' }));
+    expect(error.problems).toHaveLength(2);
+    expect(error.message).toContain('unknown setting __proto__ (in config file');
+    expect(error.message).toContain('unknown setting server.__proto__ (in config file');
+    expect(({} as Record<string, unknown>)['polluted']).toBeUndefined();
   });
 
   it.each([
@@ -389,6 +411,38 @@ describe('invalid settings', () => {
   });
 });
 
+describe('redis modes', () => {
+  const REDIS = ['--redis', 'redis://r'];
+  it.each([
+    ['cluster without nodes', 'mode: cluster', [], 'cache.redis.nodes', '[]', 'at least one host:port when cache.redis.mode is cluster'],
+    ['cluster without nodes, with a URL', 'mode: cluster', REDIS, 'cache.redis.nodes', '[]', 'at least one host:port when cache.redis.mode is cluster'],
+    ['sentinel without sentinels', 'mode: sentinel', [], 'cache.redis.sentinels', '[]', 'at least one host:port when cache.redis.mode is sentinel'],
+    ['sentinel without sentinels, with a URL', 'mode: sentinel', REDIS, 'cache.redis.sentinels', '[]', 'at least one host:port when cache.redis.mode is sentinel'],
+    ['sentinel without a master name', 'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelName: ""', [], 'cache.redis.sentinelName', '""', 'the name of the master'],
+  ] as const)('%s is refused at load, naming the setting', (_, redis, argv, setting, received, allowed) => {
+    const error = configError(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, argv }));
+    expect(error.problems).toHaveLength(1);
+    const [problem] = error.problems;
+    expect(problem!.split(/[ :]/)[0]).toBe(setting);
+    expect(problem).toContain(`received ${received}; allowed: `);
+    expect(problem).toContain(allowed);
+    expect(problem).toContain('(set by config file ');
+  });
+
+  it('reports a missing list and a missing master name together', () => {
+    const error = configError(() => load({ file: 'cache:\n  redis:\n    mode: sentinel\n    sentinelName: ""\n' }));
+    expect(error.problems.map((p) => p.split(/[ :]/)[0])).toEqual(['cache.redis.sentinels', 'cache.redis.sentinelName']);
+  });
+
+  it.each([
+    ['standalone without a URL', 'mode: standalone'],
+    ['cluster with seed nodes and no URL', 'mode: cluster\n    nodes: ["redis-0:6379"]'],
+    ['sentinel with sentinels and no URL', 'mode: sentinel\n    sentinels: ["s:26379"]'],
+  ])('%s is accepted', (_, redis) => {
+    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n` })).not.toThrow();
+  });
+});
+
 describe('secrets', () => {
   it.each([
     ['hmacSecret too short, by env', { env: { TM_CACHE_HMAC_SECRET: 'hunter2hunter2' } }, 'hunter2hunter2', 'identity.hmacSecret (from TM_CACHE_HMAC_SECRET): received <redacted>'],
@@ -403,19 +457,5 @@ describe('secrets', () => {
     const error = configError(() => load(sources));
     expect(error.message).toContain(expected);
     expect(error.message).not.toContain(secret);
-  });
-
-  it.each([
-    [HEX_KEY, 32],
-    [HEX_KEY.toUpperCase(), 32],
-    [B64_KEY, 32],
-    [B64_KEY.replace(/=+$/, ''), 32],
-    [Buffer.alloc(32, 0xfb).toString('base64url'), 32],
-    ['ab'.repeat(40), 40],
-    ['not a secret!', undefined],
-    ['abcde', undefined], // odd-length hex, and not canonical base64 either
-    ['', undefined],
-  ])('decodeSecret(%j) has %s bytes', (text, length) => {
-    expect(decodeSecret(text)?.length).toBe(length);
   });
 });

@@ -1,0 +1,62 @@
+/**
+ * Rules that involve more than one setting, which the schema cannot phrase well. They run only
+ * when every setting is valid on its own, so they may trust types and ranges.
+ * Of two settings in conflict, a rule blames the one somebody set, not a default they never saw.
+ */
+import type { Config } from './schema.js';
+import { describeProblem, originOf, type Origin } from './validate.js';
+
+export function relationProblems(config: Config, origin: Origin): string[] {
+  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin)];
+}
+
+function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
+  if (memory.maxEntryBytes <= memory.maxBytes) return [];
+  return [
+    originOf('cache.memory.maxEntryBytes', origin) === undefined
+      ? describeProblem('cache.memory.maxBytes', memory.maxBytes, `at least cache.memory.maxEntryBytes (${memory.maxEntryBytes}); lower that too`, origin)
+      : describeProblem('cache.memory.maxEntryBytes', memory.maxEntryBytes, `at most cache.memory.maxBytes (${memory.maxBytes})`, origin),
+  ];
+}
+
+function portProblems({ server: { port, managementPort } }: Config, origin: Origin): string[] {
+  if (port === 0 || port !== managementPort) return [];
+  return [
+    originOf('server.managementPort', origin) === undefined
+      ? describeProblem('server.port', port, `a port other than server.managementPort (${managementPort}), or 0`, origin)
+      : describeProblem('server.managementPort', managementPort, `a port other than server.port (${port}), or 0`, origin),
+  ];
+}
+
+function keyProblems({ cache: { redis } }: Config, origin: Origin): string[] {
+  const keyIds = Object.keys(redis.encryptionKeys);
+  const keyId = 'cache.redis.encryptionKeyId';
+  if (keyIds.length > 0 && !keyIds.includes(redis.encryptionKeyId)) {
+    return [describeProblem(keyId, redis.encryptionKeyId, `one of the ids of cache.redis.encryptionKeys: ${keyIds.join(', ')}`, origin)];
+  }
+  if (keyIds.length === 0 && redis.encryptionKeyId !== '') {
+    return [describeProblem(keyId, redis.encryptionKeyId, 'empty, since cache.redis.encryptionKeys is empty (set TM_CACHE_REDIS_ENCRYPTION_KEYS or encryptionKeys)', origin)];
+  }
+  return [];
+}
+
+/**
+ * Cluster and sentinel mode find their servers through `nodes` and `sentinels`, with or without a
+ * URL (the proxy starts the Redis tier in any mode but standalone-without-URL), so they are needed
+ * whenever the mode is chosen: caught here, at start, rather than by the Redis client later.
+ */
+function redisModeProblems({ cache: { redis } }: Config, origin: Origin): string[] {
+  const problems: string[] = [];
+  const modeSource = originOf('cache.redis.mode', origin);
+  const when = `when cache.redis.mode is ${redis.mode}${modeSource === undefined ? '' : ` (set by ${modeSource})`}`;
+  if (redis.mode === 'cluster' && redis.nodes.length === 0) {
+    problems.push(describeProblem('cache.redis.nodes', redis.nodes, `at least one host:port ${when}`, origin));
+  }
+  if (redis.mode === 'sentinel' && redis.sentinels.length === 0) {
+    problems.push(describeProblem('cache.redis.sentinels', redis.sentinels, `at least one host:port ${when}`, origin));
+  }
+  if (redis.mode === 'sentinel' && redis.sentinelName === '') {
+    problems.push(describeProblem('cache.redis.sentinelName', redis.sentinelName, `the name of the master the sentinels watch ${when}`, origin));
+  }
+  return problems;
+}
