@@ -11,7 +11,7 @@
  * derived description; `allowedKeys`, what keys an open map allows.
  */
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
-import { OPERATIONS, type ResourceName } from '../api/catalogue.js';
+import { RESOURCES, type ResourceName } from '../api/catalogue.js';
 
 /** setTimeout fires at once for delays above 2^31 − 1 ms, so no duration may exceed it. */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -25,7 +25,7 @@ export const DEFAULT_COMMAND_TIMEOUT_MS = 50;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
 
 /** The resources of the catalogue: a `byResource` key must be one of them. */
-export const RESOURCE_NAMES: readonly ResourceName[] = [...new Set(OPERATIONS.map((op) => op.resource))].sort();
+export const RESOURCE_NAMES: readonly ResourceName[] = (Object.keys(RESOURCES) as ResourceName[]).sort();
 
 type Annotations = { readonly flag?: string; readonly env?: string; readonly secret?: boolean };
 
@@ -113,7 +113,9 @@ export const ConfigSchema = section({
       keyPrefix: text('a string without whitespace', DEFAULT_KEY_PREFIX, { pattern: '^\\S*$' }),
       commandTimeoutMs: durationMs(1, DEFAULT_COMMAND_TIMEOUT_MS),
       connectTimeoutMs: durationMs(1, DEFAULT_CONNECT_TIMEOUT_MS),
+      lockTtlMs: durationMs(1, 5_000),
       lockWaitMs: durationMs(0, 2_000),
+      maxEntryBytes: count(1, DEFAULT_MAX_ENTRY_BYTES),
       encryptionKeys: openMap<Record<string, string>>(
         { pattern: '^[A-Za-z0-9_.-]{1,64}$' },
         Type.String({ format: 'encryption-key', secret: true,

@@ -105,7 +105,7 @@ function makeRedisTier(config: Config, logger: Logger, now: () => number): Redis
     commandTimeoutMs: r.commandTimeoutMs,
     connectTimeoutMs: r.connectTimeoutMs,
     keyPrefix: r.keyPrefix,
-    maxEntryBytes: config.cache.memory.maxEntryBytes,
+    maxEntryBytes: config.cache.redis.maxEntryBytes,
     ...(keyring ? { keyring } : {}),
     logger: logger.child({ tier: 'redis' }),
     now,
