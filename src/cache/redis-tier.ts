@@ -86,11 +86,19 @@ export class RedisTier extends RedisShared implements CacheTier {
     this.#maxEntryBytes = options.maxEntryBytes ?? DEFAULT_REDIS_MAX_ENTRY_BYTES;
   }
 
-  async get(key: string): Promise<CacheEntry | undefined> {
-    const entry = await this.#readEntry(key);
+  async get(key: string, now?: number): Promise<CacheEntry | undefined> {
+    const entry = await this.peek(key, now);
     if (entry) this.#hits++;
     else this.#misses++;
     return entry;
+  }
+
+  /**
+   * As `get`, without counting a hit or a miss. (Redis keeps no recency we could spare: any read
+   * refreshes its own idle time, which only matters under an LRU maxmemory-policy.)
+   */
+  peek(key: string, now?: number): Promise<CacheEntry | undefined> {
+    return this.#readEntry(key, undefined, now);
   }
 
   /** Never rejects; resolves once Redis acknowledged (or the write was given up). */
@@ -187,7 +195,7 @@ export class RedisTier extends RedisShared implements CacheTier {
   }
 
   /** The stored entry if it decodes and has not expired by our clock; otherwise a miss. */
-  async #readEntry(key: string, stored?: Buffer | null): Promise<CacheEntry | undefined> {
+  async #readEntry(key: string, stored?: Buffer | null, now?: number): Promise<CacheEntry | undefined> {
     const bytes = stored === undefined ? await this.call('get', (c) => c.getBuffer(this.entryKey(key))) : stored;
     if (!bytes) return undefined;
     const entry = await decodeEntry(bytes, this.#keyring);
@@ -195,7 +203,7 @@ export class RedisTier extends RedisShared implements CacheTier {
       this.failures.record('decode', new Error('stored value does not decode (version, key id or tampering)'), { key });
       return undefined;
     }
-    return expiresAt(entry) > this.now() ? entry : undefined;
+    return expiresAt(entry) > (now ?? this.now()) ? entry : undefined;
   }
 
   async #write(key: string, entry: CacheEntry): Promise<void> {

@@ -52,19 +52,19 @@ export class TieredCache {
 
   /** Memory only, synchronous: the per-request hit path. */
   peek(key: string, now?: number): CacheEntry | undefined {
-    return this.memory.peek(key, now);
+    return this.memory.get(key, now);
   }
 
   async get(key: string): Promise<TieredHit | undefined> {
-    const local = this.memory.peek(key);
+    const local = this.memory.get(key);
     if (local) return { entry: local, tier: 'memory' };
     if (!this.redis) return undefined;
     const shared = await this.#getShared(key);
     if (!shared) return undefined;
     // A fill on this replica may have stored a newer entry while Redis answered: keep it.
-    const current = this.memory.peek(key);
+    const current = this.memory.get(key);
     if (current && current.storedAt >= shared.storedAt) return { entry: current, tier: 'memory' };
-    this.memory.store(key, shared);
+    this.memory.set(key, shared);
     return { entry: shared, tier: 'redis' };
   }
 
@@ -73,7 +73,7 @@ export class TieredCache {
    * never rejects: callers may ignore it (fire-and-forget) or await it (tests, shutdown).
    */
   set(key: string, entry: CacheEntry): Promise<void> {
-    this.memory.store(key, entry);
+    this.memory.set(key, entry);
     // Redis stores the gzip variant, so with Redis it is made at once (in the background); a
     // memory-only cache makes it when the first client that accepts gzip asks (ensureGzip).
     return this.redis ? this.#addGzipAndShare(key, entry) : Promise.resolve();
@@ -96,18 +96,18 @@ export class TieredCache {
 
   /** Keeps an entry another replica stored in Redis in this replica's memory too (no Redis write). */
   promote(key: string, entry: CacheEntry): void {
-    this.memory.store(key, entry);
+    this.memory.set(key, entry);
   }
 
   /** Drops `key` here, in Redis and on every other replica. */
   async delete(key: string): Promise<void> {
-    this.memory.drop(key);
+    this.memory.delete(key);
     await this.redis?.delete(key);
   }
 
   /** Drops every entry tagged `tag` here, in Redis and on every other replica. */
   async invalidateTag(tag: string): Promise<{ memory: number; redis: number }> {
-    const memory = this.memory.dropTag(tag);
+    const memory = this.memory.invalidateTag(tag);
     const redis = (await this.redis?.invalidateTag(tag)) ?? 0;
     return { memory, redis };
   }
@@ -126,7 +126,7 @@ export class TieredCache {
   async close(): Promise<void> {
     this.#unsubscribe?.();
     await this.redis?.close();
-    await this.memory.close();
+    this.memory.close();
   }
 
   /**
@@ -154,8 +154,8 @@ export class TieredCache {
   }
 
   #applyRemote(message: InvalidationMessage): void {
-    if (message.kind === 'tag') this.memory.dropTag(message.tag);
-    else if (message.kind === 'key') this.memory.drop(message.key);
+    if (message.kind === 'tag') this.memory.invalidateTag(message.tag);
+    else if (message.kind === 'key') this.memory.delete(message.key);
     else this.memory.clear();
   }
 }

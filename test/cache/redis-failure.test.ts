@@ -60,7 +60,7 @@ describe('RedisTier when Redis dies and comes back', () => {
   it('clears memory when the invalidation channel was interrupted, since messages were lost', async () => {
     const cache = new TieredCache({ memory: new MemoryTier(), redis: await makeRedisTier(redis.url) });
     expect(await cache.ready(15_000)).toBe(true);
-    cache.memory.store('k', makeEntry(Date.now()));
+    cache.memory.set('k', makeEntry(Date.now()));
     await redis.kill();
     await redis.restart();
     await waitUntil(() => cache.memory.stats().entries === 0, 30_000, 'memory cleared after resubscribe');

@@ -21,6 +21,7 @@ function asTier(cache: TieredCache): CacheTier {
   return {
     name: 'memory',
     get: async (key) => (await cache.get(key))?.entry,
+    peek: async (key) => (await cache.get(key))?.entry,
     set: (key, entry) => cache.set(key, entry),
     delete: (key) => cache.delete(key),
     invalidateTag: async (tag) => {
