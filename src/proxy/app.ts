@@ -35,8 +35,8 @@ import { askForGzipVariant, representationHeaders, selectRepresentation } from '
 /** The cache as the app sees it: read-through operations plus invalidation. */
 export interface ProxyCache extends ReadCache {
   invalidateTag(tag: string): Promise<unknown>;
-  /** Is there a tier behind memory (Redis)? Then hits are also looked up there before fastify. */
-  hasSharedTier(): boolean;
+  /** Memory first; with tiers behind it (Redis), hits are also looked up there before fastify. */
+  readonly tiers: readonly unknown[];
 }
 
 export interface ProxyDeps {
@@ -65,7 +65,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   // made below, once the identity resolver and the route memo exist.
   let hits: HitPaths | undefined;
   let closing = false;
-  const useSharedStage = deps.cache.hasSharedTier();
+  const useSharedStage = deps.cache.tiers.length > 1;
   const app = fastify({
     serverFactory: (handler) =>
       createServer((req, res) => {

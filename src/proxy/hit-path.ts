@@ -17,14 +17,14 @@ import { matchesIfNoneMatch, CACHE_NAME } from './headers.js';
 import { acceptsGzip, askForGzipVariant, representationHeaders, type Representation } from './encoding.js';
 import type { IdentityResolver } from './identity.js';
 import { keyFor, type RouteMemo } from './route-memo.js';
-import type { TierName } from '../cache/tier.js';
+import type { MaybePromise, TierName } from '../cache/tier.js';
 
 export interface HitPathDeps {
   readonly routes: RouteMemo;
   readonly identity: IdentityResolver;
   readonly cache: {
-    peek(key: string, now?: number): CacheEntry | undefined;
-    get(key: string): Promise<{ entry: CacheEntry; tier: TierName } | undefined>;
+    /** Synchronous when memory answers; a promise while lower tiers are asked. */
+    get(key: string, now?: number): MaybePromise<{ entry: CacheEntry; tier: TierName } | undefined>;
     ensureGzip(key: string, entry: CacheEntry): void;
   };
   readonly now: () => number;
@@ -58,6 +58,8 @@ interface Lookup {
 export function makeHitPaths(d: HitPathDeps): HitPaths {
   const { routes, identity, cache, now, onHit } = d;
   const sharedLookups = new WeakMap<IncomingMessage, SharedLookup>();
+  /** Lower-tier lookups the fresh stage started (memory missed): the shared stage awaits them. */
+  const pendingLookups = new WeakMap<IncomingMessage, Promise<SharedLookup>>();
 
   /** The key a request may be answered from, or undefined when only the full path can judge it. */
   function lookupOf(req: IncomingMessage): Lookup | undefined {
@@ -107,14 +109,20 @@ export function makeHitPaths(d: HitPathDeps): HitPaths {
     fresh(req, res) {
       const at = lookupOf(req);
       if (at === undefined) return false;
-      const entry = cache.peek(at.key, at.t);
-      if (entry === undefined || at.t >= entry.freshUntil) return false;
-      return answer(req, res, entry, at, 'memory');
+      const found = cache.get(at.key, at.t);
+      if (found instanceof Promise) {
+        pendingLookups.set(req, found);
+        return false;
+      }
+      if (found === undefined || at.t >= found.entry.freshUntil) return false;
+      return answer(req, res, found.entry, at, found.tier);
     },
     async shared(req, res) {
       const at = lookupOf(req);
       if (at === undefined) return false;
-      const found = await cache.get(at.key);
+      const pending = pendingLookups.get(req);
+      if (pending !== undefined) pendingLookups.delete(req);
+      const found = await (pending ?? cache.get(at.key));
       if (found !== undefined && now() < found.entry.freshUntil && answer(req, res, found.entry, { ...at, t: now() }, found.tier)) return true;
       sharedLookups.set(req, found);
       return false;

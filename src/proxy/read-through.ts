@@ -22,7 +22,7 @@ import type { CanonicalRequest } from '../api/normalize.js';
 import type { Coalescer } from '../cache/coalesce.js';
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
-import type { TierName } from '../cache/tier.js';
+import type { MaybePromise, TierName } from '../cache/tier.js';
 import { UPSTREAM_HEADERS, UpstreamError, parseRetryAfterMs, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, IdentityResolver } from './identity.js';
 
@@ -56,12 +56,12 @@ export type FillResult =
 
 /** The cache as the read-through sees it; TieredCache implements it. */
 export interface ReadCache {
-  peek(key: string, now?: number): CacheEntry | undefined;
-  get(key: string): Promise<{ entry: CacheEntry; tier: TierName } | undefined>;
+  /** Synchronous when memory answers (the hit path); a promise while lower tiers are asked. */
+  get(key: string, now?: number): MaybePromise<{ entry: CacheEntry; tier: TierName } | undefined>;
   /** Stores in memory at once; the promise is the shared (Redis) write, which never rejects. */
   set(key: string, entry: CacheEntry): Promise<void> | void;
   /** Keeps in memory an entry that already is in the shared tier. */
-  promote(key: string, entry: CacheEntry): void;
+  backfill(key: string, entry: CacheEntry): void;
   delete(key: string): Promise<void>;
   /** Makes the entry's gzip variant in the background, for clients that accept gzip. */
   ensureGzip(key: string, entry: CacheEntry): void;
@@ -115,6 +115,11 @@ const REFUSALS = new Set([401, 403, 404]);
 /** Headers of a relayed upstream error worth keeping; Set-Cookie and hop-by-hop never are. */
 const RELAYED_HEADERS = ['content-type', 'content-encoding', 'www-authenticate', 'retry-after', 'cache-control'] as const;
 
+/** What the cache answered at once (memory); a lookup still going on in lower tiers is no answer here. */
+function synchronousAnswer<T>(answer: MaybePromise<T | undefined>): T | undefined {
+  return answer instanceof Promise ? undefined : answer;
+}
+
 function isEncoded(res: UpstreamResponse): boolean {
   const coding = res.headers['content-encoding'];
   return coding !== undefined && coding !== 'identity';
@@ -128,11 +133,8 @@ export class ReadThrough {
   async serve(r: ReadRequest): Promise<Served> {
     const now = this.o.now();
     let stale: StaleCandidate | undefined;
-    if (r.mayRead) {
-      const mem = this.o.cache.peek(r.key);
-      if (mem !== undefined) stale = { entry: mem, tier: 'memory' };
-      else stale = r.prefetched !== undefined ? r.prefetched.found : await this.o.cache.get(r.key);
-    }
+    // The hit path's shared stage may already have asked every tier (memory first) for the key.
+    if (r.mayRead) stale = r.prefetched !== undefined ? r.prefetched.found : await this.o.cache.get(r.key);
 
     if (stale !== undefined && !r.noCache) {
       if (isFresh(stale.entry, now)) return { kind: 'entry', entry: stale.entry, outcome: { kind: 'hit', tier: stale.tier } };
@@ -151,9 +153,9 @@ export class ReadThrough {
 
   /** Upstream is failing and the caller's identity could not be re-verified: serve stale or fail. */
   serveStaleOnly(key: string, err: UpstreamError): Served {
-    const entry = this.o.cache.peek(key);
-    if (entry !== undefined && isUsableOnError(entry, this.o.now())) {
-      return { kind: 'entry', entry, outcome: { kind: 'stale', tier: 'memory', detail: 'stale-if-error' } };
+    const found = synchronousAnswer(this.o.cache.get(key));
+    if (found !== undefined && isUsableOnError(found.entry, this.o.now())) {
+      return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: 'stale-if-error' } };
     }
     return upstreamFailure(err);
   }
@@ -230,7 +232,7 @@ export class ReadThrough {
     if (token === undefined) {
       const filled = await lock.waitFor(r.key, this.o.lockWaitMs);
       if (filled !== undefined) {
-        this.o.cache.promote(r.key, filled);
+        this.o.cache.backfill(r.key, filled);
         return { kind: 'entry', entry: filled, stored: true };
       }
       return this.fetchAndStore(r);
