@@ -6,29 +6,15 @@
  * Ownership: the roles borrow the connection; `close()` here lets the tier's pending writes
  * land, then disconnects. Close the TieredCache using the tier first (it stops listening).
  */
-import type { TierLogger } from './failure-log.js';
-import type { Keyring } from './keyring.js';
 import { RedisInvalidationBus } from './redis-bus.js';
-import type { RedisConnectionOptions } from './redis-client.js';
-import { RedisConnection } from './redis-connection.js';
+import { RedisConnection, type RedisConnectionSettings } from './redis-connection.js';
 import { RedisFillLock } from './redis-fill-lock.js';
 import { RedisSecrets } from './redis-secrets.js';
 import { RedisSharedStore } from './redis-shared-store.js';
-import { RedisTier } from './redis-tier.js';
+import { RedisTier, type RedisTierOptions } from './redis-tier.js';
 
-export interface RedisRolesOptions extends RedisConnectionOptions {
-  /** Prepended to every key and to the invalidation channel; default `tmc:`. */
-  keyPrefix?: string;
-  /** Seals every stored value (AES-256-GCM); without it values are compressed, not encrypted. */
-  keyring?: Keyring;
-  logger?: TierLogger;
-  /** At most one log line per failure kind per this interval. */
-  logIntervalMs?: number;
-  /** The tier's limit: entries with a larger body are not stored in Redis. */
-  maxEntryBytes?: number;
-  /** Clock in ms since epoch for the tier's TTLs and expiry; injectable for tests. */
-  now?: () => number;
-}
+/** The connection's settings (redis-connection.ts), and the tier's own (its size limit, its clock). */
+export interface RedisRolesOptions extends RedisConnectionSettings, RedisTierOptions {}
 
 export interface RedisRoles {
   readonly connection: RedisConnection;

@@ -57,7 +57,7 @@ describe('the Redis roles when Redis dies and comes back', () => {
     expect(connection.status()).toMatchObject({ healthy: false });
     expect(logger.lines.filter((l) => (l.obj as { kind?: string }).kind === 'get')).toHaveLength(1);
 
-    // Memory keeps serving what it has (k, promoted above); what it lacks is a miss, not an error.
+    // Memory keeps serving what it has (k, backfilled above); what it lacks is a miss, not an error.
     expect((await cache.get('k'))?.tier).toBe('memory');
     expect(await cache.get('not-in-memory')).toBeUndefined();
 

@@ -1,5 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
+import { startRedis, type RedisHandle } from '../helpers/redis.js';
 import { createRedisRoles, type RedisRoles, type RedisRolesOptions } from '../../src/cache/redis.js';
 import type { RedisTier } from '../../src/cache/redis-tier.js';
 
@@ -32,6 +34,35 @@ export async function makeRedisTier(url: string, options: Partial<RedisRolesOpti
 
 export async function closeRedisRoles(): Promise<void> {
   await Promise.all(opened.splice(0).map((roles) => roles.close()));
+}
+
+/**
+ * For a test file: a private redis-server and a plain client on it, from beforeAll; after
+ * all its tests, the roles made here, the client and the server are closed.
+ */
+export function useRedisServer(): { readonly server: RedisHandle; readonly url: string; readonly raw: Redis } {
+  let server: RedisHandle | undefined;
+  let raw: Redis | undefined;
+  beforeAll(async () => {
+    server = await startRedis();
+    raw = rawClient(server.url);
+  });
+  afterAll(async () => {
+    await closeRedisRoles();
+    raw?.disconnect();
+    await server?.stop();
+  });
+  return {
+    get server() {
+      return server!;
+    },
+    get url() {
+      return server!.url;
+    },
+    get raw() {
+      return raw!;
+    },
+  };
 }
 
 /** A plain client for looking at what the tier wrote, the way an operator would. */

@@ -3,29 +3,16 @@
  * redis-server: what each role does on its own, and what they share (the connection, its
  * failure counts, its closing).
  */
-import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { InvalidationMessage } from '../../src/cache/invalidation.js';
-import { startRedis, type RedisHandle } from '../helpers/redis.js';
 import { makeEntry } from './fixtures.js';
-import { closeRedisRoles, makeRedisRoles, rawClient, uniquePrefix, waitUntil } from './redis-fixtures.js';
+import { makeRedisRoles, uniquePrefix, useRedisServer, waitUntil } from './redis-fixtures.js';
 
-let redis: RedisHandle;
-let raw: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  raw = rawClient(redis.url);
-});
-afterAll(async () => {
-  await closeRedisRoles();
-  raw?.disconnect();
-  await redis?.stop();
-});
+const redis = useRedisServer();
 
 /** Connections the server sees, by client name (`tm-cache:commands`, `tm-cache:subscriber`). */
 async function connectionsNamed(name: string): Promise<number> {
-  const list = (await raw.client('LIST')) as string;
+  const list = (await redis.raw.client('LIST')) as string;
   return list.split('\n').filter((line) => line.includes(` name=${name} `)).length;
 }
 
@@ -75,8 +62,8 @@ describe('RedisFillLock', () => {
     void tier.set('k', makeEntry(Date.now())); // fire-and-forget, as the read-through does
     expect(tier.pendingWrite('k')).toBeDefined();
     await fillLock.unlock('k', token!);
-    expect(await raw.exists(connection.entryKey('k'))).toBe(1);
-    expect(await raw.exists(connection.lockKey('k'))).toBe(0);
+    expect(await redis.raw.exists(connection.entryKey('k'))).toBe(1);
+    expect(await redis.raw.exists(connection.lockKey('k'))).toBe(0);
     expect(tier.pendingWrite('k')).toBeUndefined();
   });
 
@@ -124,9 +111,9 @@ describe('RedisInvalidationBus', () => {
     roles.bus.onInvalidate((message) => heard.push(message));
     expect(await roles.bus.ready(15_000)).toBe(true);
     const channel = `${roles.connection.keyPrefix}invalidate`;
-    await raw.publish(channel, 'not json');
-    await raw.publish(channel, JSON.stringify({ kind: 'flush-everything' }));
-    await raw.publish(channel, JSON.stringify({ kind: 'key', key: 'k', origin: 'elsewhere' }));
+    await redis.raw.publish(channel, 'not json');
+    await redis.raw.publish(channel, JSON.stringify({ kind: 'flush-everything' }));
+    await redis.raw.publish(channel, JSON.stringify({ kind: 'key', key: 'k', origin: 'elsewhere' }));
     await waitUntil(() => heard.length === 1, 10_000, 'the valid message arrives');
     expect(heard[0]).toMatchObject({ kind: 'key', key: 'k' });
     expect(roles.connection.stats().byKind.subscribe).toBe(1);
@@ -137,7 +124,7 @@ describe('RedisSharedStore', () => {
   it('stores nothing for a non-positive TTL', async () => {
     const { sharedStore, connection } = await makeRedisRoles(redis.url);
     await sharedStore.setJson('ns', 'k', { a: 1 }, 0);
-    expect(await raw.exists(connection.jsonKey('ns', 'k'))).toBe(0);
+    expect(await redis.raw.exists(connection.jsonKey('ns', 'k'))).toBe(0);
     expect(await sharedStore.getJson('ns', 'k')).toBeUndefined();
   });
 });

@@ -1,31 +1,18 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { storedKeyId } from '../../src/cache/codec.js';
 import type { Keyring } from '../../src/cache/keyring.js';
 import type { RedisTier } from '../../src/cache/redis-tier.js';
-import { startRedis, type RedisHandle } from '../helpers/redis.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
-import { closeRedisRoles, makeRedisRoles, makeRedisTier, rawClient, uniquePrefix } from './redis-fixtures.js';
+import { makeRedisRoles, makeRedisTier, uniquePrefix, useRedisServer } from './redis-fixtures.js';
 import { makeClock, tierContract } from './tier-contract.js';
 
-let redis: RedisHandle;
-let raw: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  raw = rawClient(redis.url);
-});
-afterAll(async () => {
-  await closeRedisRoles();
-  raw?.disconnect();
-  await redis?.stop();
-});
+const redis = useRedisServer();
 
 tierContract(
   'RedisTier',
   async ({ clock, maxEntryBytes }) => makeRedisTier(redis.url, { now: clock.now, maxEntryBytes }),
-  { breakKey: async (tier, key) => void (await raw.set((tier as RedisTier).connection.entryKey(key), randomBytes(64))) },
+  { breakKey: async (tier, key) => void (await redis.raw.set((tier as RedisTier).connection.entryKey(key), randomBytes(64))) },
 );
 
 const k1 = randomBytes(32);
@@ -35,13 +22,13 @@ const ring12: Keyring = { keys: { k1, k2 }, current: 'k2' };
 
 /** Every key under `prefix` with its value(s), as an operator scanning Redis would see them. */
 async function dump(prefix: string): Promise<Buffer[]> {
-  const keys = await raw.keys(`${prefix}*`);
+  const keys = await redis.raw.keys(`${prefix}*`);
   const parts: Buffer[] = [];
   for (const key of keys) {
     parts.push(Buffer.from(key));
-    const type = await raw.type(key);
-    if (type === 'string') parts.push((await raw.getBuffer(key))!);
-    if (type === 'set') parts.push(...(await raw.smembersBuffer(key)));
+    const type = await redis.raw.type(key);
+    if (type === 'string') parts.push((await redis.raw.getBuffer(key))!);
+    if (type === 'set') parts.push(...(await redis.raw.smembersBuffer(key)));
   }
   return parts;
 }
@@ -85,8 +72,8 @@ describe('RedisTier with a keyring', () => {
     const after = await makeRedisTier(redis.url, { keyPrefix: before.connection.keyPrefix, keyring: ring12 });
     expect((await after.get('old'))?.body.toString()).toBe('old');
     await after.set('new', makeEntry(Date.now(), { body: Buffer.from('new') }));
-    expect(storedKeyId((await raw.getBuffer(before.connection.entryKey('old')))!)).toBe('k1');
-    expect(storedKeyId((await raw.getBuffer(before.connection.entryKey('new')))!)).toBe('k2');
+    expect(storedKeyId((await redis.raw.getBuffer(before.connection.entryKey('old')))!)).toBe('k1');
+    expect(storedKeyId((await redis.raw.getBuffer(before.connection.entryKey('new')))!)).toBe('k2');
     expect(await before.get('new')).toBeUndefined(); // a replica not yet given k2 misses
     await Promise.all([before.close(), after.close()]);
   });
@@ -101,8 +88,8 @@ describe('RedisTier storage', () => {
     const long = makeEntry(now, { freshUntil: now + 5_000, staleWhileRevalidateUntil: now + 9_000, staleIfErrorUntil: now + 20_000 });
     await tier.set('long', long);
     await tier.set('short', short);
-    const entryTtlMs = await raw.pttl(tier.connection.entryKey('short'));
-    const tagTtlMs = await raw.pttl(tier.connection.tagKey('project:5'));
+    const entryTtlMs = await redis.raw.pttl(tier.connection.entryKey('short'));
+    const tagTtlMs = await redis.raw.pttl(tier.connection.tagKey('project:5'));
     expect(entryTtlMs).toBeGreaterThan(2_000);
     expect(entryTtlMs).toBeLessThanOrEqual(3_000);
     expect(tagTtlMs).toBeGreaterThan(19_000);
@@ -114,7 +101,7 @@ describe('RedisTier storage', () => {
     const tier = await makeRedisTier(redis.url);
     const page = makeListPageBody(100);
     await tier.set('page', makeEntry(Date.now(), { body: page }));
-    const storedBytes = await raw.strlen(tier.connection.entryKey('page'));
+    const storedBytes = await redis.raw.strlen(tier.connection.entryKey('page'));
     expect(page.length / storedBytes).toBeGreaterThan(5);
     await tier.close();
   });
@@ -128,7 +115,7 @@ describe('RedisSharedStore and RedisSecrets', () => {
     expect(await sharedStore.getJson('identity', 'h1')).toEqual({ userId: 7 });
     expect(await sharedStore.getJson('identity', 'h2')).toBeNull();
     expect(await sharedStore.getJson('identity', 'h3')).toBeUndefined();
-    expect(await raw.pttl(connection.jsonKey('identity', 'h1'))).toBeLessThanOrEqual(60_000);
+    expect(await redis.raw.pttl(connection.jsonKey('identity', 'h1'))).toBeLessThanOrEqual(60_000);
   });
 
   it('gives every replica the same 32-byte secret, sealed at rest', async () => {
@@ -137,7 +124,7 @@ describe('RedisSharedStore and RedisSecrets', () => {
     const secrets = await Promise.all(replicas.map((r) => r.secrets.getOrCreateSecret('hmac')));
     expect(secrets[0]).toHaveLength(32);
     expect(secrets.every((s) => s!.equals(secrets[0]!))).toBe(true);
-    expect((await raw.getBuffer(`${prefix}secret:hmac`))!.includes(secrets[0]!)).toBe(false);
+    expect((await redis.raw.getBuffer(`${prefix}secret:hmac`))!.includes(secrets[0]!)).toBe(false);
     const stranger = await makeRedisRoles(redis.url, { keyPrefix: prefix });
     expect(await stranger.secrets.getOrCreateSecret('hmac')).toBeUndefined(); // cannot open it: no overwrite
     await Promise.all([...replicas, stranger].map((r) => r.close()));
