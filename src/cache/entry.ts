@@ -2,8 +2,8 @@
  * The stored form of one cached answer.
  *
  * An entry holds the exact bytes to send and the headers precomputed at fill time, so that a
- * memory-tier hit is a lookup followed by a write: no serialization, no hashing, no allocation
- * beyond what fastify needs to send it.
+ * memory-tier hit is a lookup followed by a write (node's `writeHead` with the header list, then
+ * `end` with the stored bytes: src/proxy/hit-path.ts): no serialization, no hashing.
  */
 export interface CacheEntry {
   /** HTTP status of the stored answer. Only successful (2xx) answers are ever stored. */

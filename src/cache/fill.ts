@@ -15,10 +15,10 @@ export interface FillLock {
   waitFor(key: string, timeoutMs: number): Promise<CacheEntry | undefined>;
 }
 
-/** Where fills are stored: `set` in every tier (the promise is the shared write), `promote` locally only. */
+/** Where fills are stored: `set` in every tier (the promise is the shared write), `backfill` in the local tiers only. */
 export interface FillStore {
   set(key: string, entry: CacheEntry): Promise<void> | void;
-  promote(key: string, entry: CacheEntry): void;
+  backfill(key: string, entry: CacheEntry): void;
 }
 
 export type Fetched<R> = { readonly kind: 'entry'; readonly entry: CacheEntry } | { readonly kind: 'other'; readonly value: R };
@@ -68,7 +68,7 @@ export class Filler<R> {
     if (token === undefined) {
       const filled = await lock.waitFor(job.key, this.o.lockWaitMs);
       if (filled !== undefined) {
-        this.o.store.promote(job.key, filled);
+        this.o.store.backfill(job.key, filled);
         return { kind: 'entry', entry: filled, stored: true };
       }
       return this.#fetchAndStore(job);

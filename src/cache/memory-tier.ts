@@ -1,7 +1,8 @@
 /**
- * The first tier: an in-process LRU bounded in bytes. Its `peek` is the hit path of every
+ * The first tier: an in-process LRU bounded in bytes. Its `get` is the hit path of every
  * request, so it is a single synchronous lookup: no promise, no allocation, no hashing.
  * Everything else (the tag index, sizes, expiry) is paid for on `set` and on eviction.
+ * Every CacheTier method answers synchronously here (tier.ts).
  */
 import { LRUCache } from 'lru-cache';
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES } from '../config/schema.js';
@@ -16,9 +17,9 @@ import type { CacheTier } from './tier.js';
 export const ENTRY_OVERHEAD_BYTES = 1024;
 
 /**
- * One options object for every get: lru-cache's get() would otherwise allocate one per call. It
- * writes `status` into it (undefined unless someone subscribes to its metrics channel), so it
- * must not be frozen; nothing else reads it.
+ * One options object for every get (and peek): lru-cache would otherwise allocate one per call.
+ * It writes `status` into it (undefined unless someone subscribes to its metrics channel), so
+ * it must not be frozen; nothing else reads it.
  */
 const GET_OPTIONS: { status?: unknown } = {};
 
@@ -56,7 +57,7 @@ export class MemoryTier implements CacheTier {
       maxSize: this.maxBytes,
       sizeCalculation: entrySizeBytes,
       // No lru-cache TTLs: with them every get reads the clock. Expiry is checked here instead,
-      // against the entry's own times, only when an entry is found (see peek).
+      // against the entry's own times, only when an entry is found (see get).
       allowStale: false,
       updateAgeOnGet: false,
       dispose: (entry, key) => this.#unindex(key, entry),
@@ -67,7 +68,7 @@ export class MemoryTier implements CacheTier {
    * The hit path: the live entry or undefined, synchronously. Counts as a use for the LRU
    * order. An entry past `expiresAt` is never returned (and is dropped on the way).
    */
-  peek(key: string, now?: number): CacheEntry | undefined {
+  get(key: string, now?: number): CacheEntry | undefined {
     const entry = this.#lru.get(key, GET_OPTIONS as object);
     if (entry === undefined) return undefined;
     if (expiresAt(entry) > (now ?? this.#now())) return entry;
@@ -75,12 +76,14 @@ export class MemoryTier implements CacheTier {
     return undefined;
   }
 
-  async get(key: string): Promise<CacheEntry | undefined> {
-    return this.peek(key);
+  /** As `get`, but the LRU order stays as it was; an expired entry is left for `get` or eviction. */
+  peek(key: string, now?: number): CacheEntry | undefined {
+    const entry = this.#lru.peek(key, GET_OPTIONS as object);
+    return entry !== undefined && expiresAt(entry) > (now ?? this.#now()) ? entry : undefined;
   }
 
-  /** Synchronous store; the async `set` of CacheTier wraps it. False when the entry was skipped. */
-  store(key: string, entry: CacheEntry): boolean {
+  /** False when the entry was skipped (expired, or larger than `maxEntryBytes`). */
+  set(key: string, entry: CacheEntry): boolean {
     const ttlMs = expiresAt(entry) - this.#now();
     if (ttlMs <= 0 || entrySizeBytes(entry) > this.maxEntryBytes) {
       // Still drop an older value under the key: the caller meant to replace it.
@@ -103,25 +106,17 @@ export class MemoryTier implements CacheTier {
    * `current` is still what the key holds and `next` fits; otherwise leaves the key alone.
    */
   replace(key: string, current: CacheEntry, next: CacheEntry): boolean {
-    if (entrySizeBytes(next) > this.maxEntryBytes || this.#lru.peek(key) !== current) return false;
-    return this.store(key, next);
+    if (entrySizeBytes(next) > this.maxEntryBytes || this.#lru.peek(key, GET_OPTIONS as object) !== current) return false;
+    return this.set(key, next);
   }
 
-  async set(key: string, entry: CacheEntry): Promise<void> {
-    this.store(key, entry);
-  }
-
-  /** Synchronous delete; true when an entry was there. */
-  drop(key: string): boolean {
+  /** True when an entry was there. */
+  delete(key: string): boolean {
     return this.#lru.delete(key);
   }
 
-  async delete(key: string): Promise<void> {
-    this.#lru.delete(key);
-  }
-
-  /** Synchronous tag drop; resolves nothing, costs one index lookup plus one delete per key. */
-  dropTag(tag: string): number {
+  /** Costs one index lookup plus one delete per key carrying the tag. */
+  invalidateTag(tag: string): number {
     const keys = this.#keysByTag.get(tag);
     if (!keys) return 0;
     let dropped = 0;
@@ -129,10 +124,6 @@ export class MemoryTier implements CacheTier {
     for (const key of [...keys]) if (this.#lru.delete(key)) dropped++;
     this.#keysByTag.delete(tag);
     return dropped;
-  }
-
-  async invalidateTag(tag: string): Promise<number> {
-    return this.dropTag(tag);
   }
 
   /** Drops everything, e.g. when invalidation messages may have been missed. */
@@ -145,7 +136,7 @@ export class MemoryTier implements CacheTier {
     return { entries: this.#lru.size, bytes: this.#lru.calculatedSize };
   }
 
-  async close(): Promise<void> {
+  close(): void {
     this.clear();
   }
 

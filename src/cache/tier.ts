@@ -1,22 +1,49 @@
+/**
+ * One level of the cache, and the one vocabulary every level speaks. Every tier passes the same
+ * contract suite (test/cache/tier-contract.ts); TieredCache (tiered.ts) chains them in order.
+ *
+ * Each method answers `MaybePromise`: the memory tier answers synchronously, so that a memory
+ * hit costs no promise and no microtask; Redis answers with a promise. Callers that do not care
+ * simply `await` (which accepts a plain value too).
+ *
+ * A tier never throws and never rejects: a tier that fails (Redis down, a timeout, a corrupt
+ * value) answers `undefined` to `get`/`peek` and does nothing on `set`, and reports the failure
+ * through its own log line and counter. A failing tier is a miss, never an error.
+ */
 import type { CacheEntry } from './entry.js';
+
+export type MaybePromise<T> = T | Promise<T>;
 
 /** Which tier answered a lookup; shown in `Cache-Status: ...; detail=memory|redis`. */
 export type TierName = 'memory' | 'redis';
 
-/**
- * One level of the cache. Every tier passes the same contract suite (test/cache/tier-contract.ts).
- *
- * A tier never throws at its caller: a tier that fails (Redis down, a timeout, a corrupt value)
- * answers `undefined` to `get` and does nothing on `set`, and reports the failure through its
- * own log line and counter. A failing tier is a miss, never an error.
- */
 export interface CacheTier {
   readonly name: TierName;
-  get(key: string): Promise<CacheEntry | undefined>;
-  /** Stores the entry until `expiresAt(entry)`; larger-than-allowed entries are silently skipped. */
-  set(key: string, entry: CacheEntry): Promise<void>;
-  delete(key: string): Promise<void>;
-  /** Drops every entry carrying `tag`. Resolves with how many entries this tier dropped. */
-  invalidateTag(tag: string): Promise<number>;
-  close(): Promise<void>;
+  /** Entries with a larger body are not stored by this tier. */
+  readonly maxEntryBytes: number;
+  /**
+   * The live entry under `key`, or undefined. Counts as a use (recency, hit counters): call it
+   * for a lookup that will serve what it finds. `now` (ms since epoch) is the caller's clock
+   * reading, passed so the hot path reads the clock once; the tier's own clock otherwise.
+   */
+  get(key: string, now?: number): MaybePromise<CacheEntry | undefined>;
+  /** Like `get`, without counting as a use (lru-cache's `peek`): for looking, not serving. */
+  peek(key: string, now?: number): MaybePromise<CacheEntry | undefined>;
+  /**
+   * Stores the entry until `expiresAt(entry)`; larger-than-allowed or already expired entries
+   * are silently skipped. A tier that knows at once may answer whether it stored the entry.
+   */
+  set(key: string, entry: CacheEntry): MaybePromise<boolean | void>;
+  /** A tier that knows at once may answer whether an entry was there. */
+  delete(key: string): MaybePromise<boolean | void>;
+  /** Drops every entry carrying `tag`; answers how many entries this tier dropped. */
+  invalidateTag(tag: string): MaybePromise<number>;
+  /**
+   * Drops everything. Only a tier private to this process offers it (clearing a shared tier
+   * would empty every replica's cache): TieredCache applies invalidations received from other
+   * replicas to exactly the tiers that have it.
+   */
+  clear?(): MaybePromise<void>;
+  /** Lets work in flight finish; the tier answers nothing useful afterwards. */
+  close(): MaybePromise<void>;
 }

@@ -1,24 +1,34 @@
 /**
- * The cache as the read-through sees it: memory first, then Redis (optional), with promotion.
+ * The cache as the proxy sees it: an ordered list of tiers (Souin's Storer chain), this
+ * process's memory tier first, then the shared ones (Redis).
  *
- * - `peek` is the hit path: memory only, synchronous.
- * - A Redis hit is copied into memory for the rest of its life, so the next request for it on
- *   this replica is a memory hit.
- * - `set` writes memory at once and Redis in the background: the response never waits for it.
- * - Invalidations (a tag or a key) drop locally, in Redis, and through the Redis channel on
- *   every other replica's memory tier; if the channel was interrupted, memory is cleared,
- *   since invalidations published meanwhile were lost.
- * - Without Redis, or with Redis down, this is a memory cache: a failing tier is a miss.
+ * - `get` asks the tiers in order and answers SYNCHRONOUSLY while they do: a memory hit costs
+ *   one lookup and a two-field object, no promise. The first tier that answers with a promise
+ *   turns the rest of the lookup asynchronous.
+ * - A lower tier's hit is backfilled into the tiers above it, for the rest of its life, so the
+ *   next request for it is answered higher up; an entry a fill stored in memory meanwhile is
+ *   newer and wins.
+ * - `set` writes memory at once and the lower tiers in the background (with the gzip variant,
+ *   the form Redis stores): the response never waits for them.
+ * - Invalidations (a tag or a key) drop in every tier, then go out on the bus; what other
+ *   replicas publish is applied to the process-private tiers (those with `clear`), and a bus
+ *   that may have lost messages makes them forget everything.
+ * - A failing tier is a miss: a lookup that throws or rejects counts as "not there".
  */
 import type { CacheEntry } from './entry.js';
 import { withGzipVariant } from './codec.js';
+import type { InvalidationBus, InvalidationMessage } from './invalidation.js';
 import { MemoryTier, type MemoryTierStats } from './memory-tier.js';
-import type { InvalidationMessage, RedisTier, RedisTierStats } from './redis-tier.js';
-import type { TierName } from './tier.js';
+import type { CacheTier, MaybePromise, TierName } from './tier.js';
+
+/** Fastest first; the first is always this process's memory tier (the hit path, gzip swaps). */
+export type TierList = readonly [MemoryTier, ...CacheTier[]];
 
 export interface TieredCacheOptions {
-  memory?: MemoryTier;
-  redis?: RedisTier;
+  /** Default: a memory tier alone. */
+  tiers?: TierList;
+  /** Carries invalidations to and from the other replicas; none: this replica is alone. */
+  bus?: InvalidationBus;
 }
 
 export interface TieredHit {
@@ -27,61 +37,56 @@ export interface TieredHit {
   tier: TierName;
 }
 
+/** Entries dropped per tier name (tiers sharing a name add up). */
+export type TierCounts = Partial<Record<TierName, number>>;
+
 export interface TieredStats {
   memory: MemoryTierStats;
-  redis?: RedisTierStats;
 }
 
 export class TieredCache {
+  readonly tiers: TierList;
+  /** The first tier; also read by the metrics. */
   readonly memory: MemoryTier;
-  /** The shared tier, when configured; also the fill lock and the shared store of the proxy. */
-  readonly redis: RedisTier | undefined;
+  /** The largest entry some tier stores: a fill answered with a larger one stores nothing. */
+  readonly maxEntryBytes: number;
+  readonly #lower: readonly CacheTier[];
+  /** The tiers no other replica sees: remote invalidations are applied to them. */
+  readonly #private: readonly CacheTier[];
+  readonly #bus: InvalidationBus | undefined;
   readonly #unsubscribe: (() => void) | undefined;
   /** Entries whose gzip variant is being made (weak: a dropped entry is simply forgotten). */
   readonly #compressing = new WeakSet<CacheEntry>();
 
   constructor(options: TieredCacheOptions = {}) {
-    this.memory = options.memory ?? new MemoryTier();
-    this.redis = options.redis;
-    this.#unsubscribe = this.redis?.onInvalidate((message) => this.#applyRemote(message));
-  }
-
-  hasSharedTier(): boolean {
-    return this.redis !== undefined;
-  }
-
-  /** Memory only, synchronous: the per-request hit path. */
-  peek(key: string, now?: number): CacheEntry | undefined {
-    return this.memory.peek(key, now);
-  }
-
-  /** Synchronous when memory answers (or there is no other tier); a promise when Redis must be asked. */
-  get(key: string, now?: number): TieredHit | undefined | Promise<TieredHit | undefined> {
-    const local = this.memory.peek(key, now);
-    if (local) return { entry: local, tier: 'memory' };
-    if (!this.redis) return undefined;
-    return this.#getFromShared(key);
-  }
-
-  async #getFromShared(key: string): Promise<TieredHit | undefined> {
-    const shared = await this.#getShared(key);
-    if (!shared) return undefined;
-    // A fill on this replica may have stored a newer entry while Redis answered: keep it.
-    const current = this.memory.peek(key);
-    if (current && current.storedAt >= shared.storedAt) return { entry: current, tier: 'memory' };
-    this.memory.store(key, shared);
-    return { entry: shared, tier: 'redis' };
+    this.tiers = options.tiers ?? [new MemoryTier()];
+    this.memory = this.tiers[0];
+    this.maxEntryBytes = Math.max(...this.tiers.map((tier) => tier.maxEntryBytes));
+    this.#lower = this.tiers.slice(1);
+    this.#private = this.tiers.filter((tier) => tier.clear !== undefined);
+    this.#bus = options.bus;
+    this.#unsubscribe = this.#bus?.onInvalidate((message) => this.#applyRemote(message));
   }
 
   /**
-   * Memory is written before this returns; the returned promise is the Redis write, which
-   * never rejects: callers may ignore it (fire-and-forget) or await it (tests, shutdown).
+   * The first tier holding a live entry for `key`, and its name. Synchronous when the memory
+   * tier has it (the hit path: no promise), and when every tier asked answered synchronously.
+   */
+  get(key: string, now?: number): MaybePromise<TieredHit | undefined> {
+    const local = this.memory.get(key, now);
+    if (local !== undefined) return { entry: local, tier: 'memory' };
+    return this.#getFrom(1, key, now);
+  }
+
+  /**
+   * Memory is written before this returns; the returned promise is the lower tiers' writes,
+   * which never reject: callers may ignore it (fire-and-forget) or await it (tests, shutdown).
    */
   set(key: string, entry: CacheEntry): Promise<void> {
-    this.memory.store(key, entry);
-    // Redis stores the gzip variant, so with Redis it is made at once (in the background); a
-    // memory-only cache makes it when the first client that accepts gzip asks (ensureGzip).
-    return this.redis ? this.#addGzipAndShare(key, entry) : Promise.resolve();
+    this.memory.set(key, entry);
+    // The lower tiers store the gzip variant, so with them it is made at once (in the
+    // background); a memory-only cache makes it when the first client that accepts gzip asks.
+    return this.#lower.length > 0 ? this.#addGzipAndShare(key, entry) : Promise.resolve();
   }
 
   /**
@@ -99,44 +104,81 @@ export class TieredCache {
     );
   }
 
-  /** Keeps an entry another replica stored in Redis in this replica's memory too (no Redis write). */
-  promote(key: string, entry: CacheEntry): void {
-    this.memory.store(key, entry);
+  /**
+   * Keeps in memory an entry that already is in the lower tiers (another replica's fill, seen
+   * through the fill lock): nothing is written below.
+   */
+  backfill(key: string, entry: CacheEntry): void {
+    this.#backfill(key, entry, 1);
   }
 
-  /** Drops `key` here, in Redis and on every other replica. */
+  /** Drops `key` in every tier, then on every other replica. */
   async delete(key: string): Promise<void> {
-    this.memory.drop(key);
-    await this.redis?.delete(key);
+    await Promise.all(this.tiers.map((tier) => settle(() => tier.delete(key), undefined)));
+    // After the shared tiers dropped it, or a replica told might read it back from them.
+    await this.#bus?.publish({ kind: 'key', key });
   }
 
-  /** Drops every entry tagged `tag` here, in Redis and on every other replica. */
-  async invalidateTag(tag: string): Promise<{ memory: number; redis: number }> {
-    const memory = this.memory.dropTag(tag);
-    const redis = (await this.redis?.invalidateTag(tag)) ?? 0;
-    return { memory, redis };
+  /** Drops every entry tagged `tag` in every tier, then on every other replica. */
+  async invalidateTag(tag: string): Promise<TierCounts> {
+    const dropped = await Promise.all(this.tiers.map((tier) => settle(() => tier.invalidateTag(tag), 0)));
+    await this.#bus?.publish({ kind: 'tag', tag });
+    const counts: TierCounts = {};
+    this.tiers.forEach((tier, i) => (counts[tier.name] = (counts[tier.name] ?? 0) + dropped[i]!));
+    return counts;
   }
 
-  /** Readiness: true without Redis; with it, true once connected and listening (bounded wait). */
+  /** Readiness: true without a bus; with one, once it can send and listens (bounded wait). */
   async ready(timeoutMs: number): Promise<boolean> {
-    return this.redis ? this.redis.ready(timeoutMs) : true;
+    return this.#bus ? this.#bus.ready(timeoutMs) : true;
   }
 
   stats(): TieredStats {
-    const stats: TieredStats = { memory: this.memory.stats() };
-    if (this.redis) stats.redis = this.redis.stats();
-    return stats;
+    return { memory: this.memory.stats() };
   }
 
+  /** Stops listening and lets every tier finish what it has in flight. */
   async close(): Promise<void> {
     this.#unsubscribe?.();
-    await this.redis?.close();
-    await this.memory.close();
+    await Promise.all(this.tiers.map((tier) => settle(() => tier.close(), undefined)));
+  }
+
+  /** Asks tiers[start..] in order, synchronously until one answers with a promise. */
+  #getFrom(start: number, key: string, now: number | undefined): MaybePromise<TieredHit | undefined> {
+    for (let i = start; i < this.tiers.length; i++) {
+      const found = settle(() => this.tiers[i]!.get(key, now), undefined);
+      if (found instanceof Promise) return this.#awaitFrom(i, found, key, now);
+      if (found !== undefined) return this.#hitBelow(i, key, found, now);
+    }
+    return undefined;
+  }
+
+  async #awaitFrom(i: number, pending: Promise<CacheEntry | undefined>, key: string, now: number | undefined): Promise<TieredHit | undefined> {
+    const found = await pending;
+    return found !== undefined ? this.#hitBelow(i, key, found, now) : this.#getFrom(i + 1, key, now);
+  }
+
+  /** A hit in tiers[i] (i ≥ 1), backfilled above, unless memory meanwhile got a newer entry. */
+  #hitBelow(i: number, key: string, entry: CacheEntry, now: number | undefined): TieredHit {
+    // A fill on this replica may have stored a newer entry while the lower tier answered: every
+    // local write lands in memory first, so that is where it shows.
+    const current = this.memory.get(key, now);
+    if (current !== undefined && current.storedAt >= entry.storedAt) return { entry: current, tier: 'memory' };
+    this.#backfill(key, entry, i);
+    return { entry, tier: this.tiers[i]!.name };
+  }
+
+  /** Writes `entry` into tiers[0..below): the ones above where it was found. */
+  #backfill(key: string, entry: CacheEntry, below: number): void {
+    for (let i = 0; i < below; i++) {
+      const tier = this.tiers[i]!;
+      void settle(() => tier.set(key, entry), undefined);
+    }
   }
 
   /**
    * In the background: the gzip variant (for clients that accept gzip, and the stored form in
-   * Redis), swapped into memory if the entry is still the one there, then the Redis write.
+   * the lower tiers), swapped into memory if the entry is still the one there, then the writes.
    */
   async #addGzipAndShare(key: string, entry: CacheEntry): Promise<void> {
     let shared = entry;
@@ -146,21 +188,26 @@ export class TieredCache {
       // zlib failing is no reason to lose the entry: it is kept and shared without the variant.
     }
     if (shared !== entry) this.memory.replace(key, entry, shared);
-    await this.redis?.set(key, shared);
-  }
-
-  async #getShared(key: string): Promise<CacheEntry | undefined> {
-    try {
-      return await this.redis?.get(key);
-    } catch {
-      // RedisTier never rejects; this only guards the rule "a failing tier is a miss".
-      return undefined;
-    }
+    await Promise.all(this.#lower.map((tier) => settle(() => tier.set(key, shared), undefined)));
   }
 
   #applyRemote(message: InvalidationMessage): void {
-    if (message.kind === 'tag') this.memory.dropTag(message.tag);
-    else if (message.kind === 'key') this.memory.drop(message.key);
-    else this.memory.clear();
+    const apply = (tier: CacheTier): MaybePromise<unknown> =>
+      message.kind === 'tag' ? tier.invalidateTag(message.tag) : message.kind === 'key' ? tier.delete(message.key) : tier.clear!();
+    for (const tier of this.#private) void settle(() => apply(tier), undefined);
+  }
+}
+
+/**
+ * Runs one tier call under the rule "a failing tier is a miss": a throw or a rejection becomes
+ * `fallback`. Tiers never fail by contract; this keeps one broken tier from failing a request
+ * (or, fire-and-forget, from becoming an unhandled rejection). Synchronous answers stay so.
+ */
+function settle<T, F>(call: () => MaybePromise<T>, fallback: F): MaybePromise<T | F> {
+  try {
+    const answer = call();
+    return answer instanceof Promise ? answer.catch(() => fallback) : answer;
+  } catch {
+    return fallback;
   }
 }

@@ -30,6 +30,8 @@ import { RouteMemo } from './route-memo.js';
 
 /** The cache as the app sees it: read-through operations, gzip variants and invalidation. */
 export interface ProxyCache extends ReadCache {
+  /** The largest entry some tier stores. */
+  readonly maxEntryBytes: number;
   ensureGzip(key: string, entry: CacheEntry): void;
   invalidateTag(tag: string): Promise<unknown>;
 }
@@ -121,7 +123,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     lock: deps.lock,
     lockTtlMs: config.cache.redis.lockTtlMs,
     lockWaitMs: config.cache.redis.lockWaitMs,
-    maxEntryBytes: config.cache.memory.maxEntryBytes,
+    maxEntryBytes: deps.cache.maxEntryBytes,
     now,
     onBackgroundError: (err, key) => deps.logger.warn({ err: err instanceof Error ? err.message : String(err), key }, 'background refresh failed'),
   });

@@ -10,8 +10,8 @@ import type { Logger } from 'pino';
 import { decodeSecret } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { MemoryTier } from '../cache/memory-tier.js';
-import { RedisTier } from '../cache/redis-tier.js';
-import { TieredCache } from '../cache/tiered.js';
+import { createRedisRoles, type RedisRoles } from '../cache/redis.js';
+import { TieredCache, type TierList } from '../cache/tiered.js';
 import type { Keyring } from '../cache/keyring.js';
 import type { HostPort } from '../cache/redis-client.js';
 import { createMetrics } from '../ops/metrics.js';
@@ -35,14 +35,13 @@ export interface StartOptions {
 export async function startProxy(config: Config, options: StartOptions): Promise<RunningProxy> {
   const { logger } = options;
   const now = options.now ?? Date.now;
-  const redis = config.cache.redis.url !== '' || config.cache.redis.mode !== 'standalone' ? makeRedisTier(config, logger, now) : undefined;
+  const redis = config.cache.redis.url !== '' || config.cache.redis.mode !== 'standalone' ? makeRedisRoles(config, logger, now) : undefined;
   if (redis && Object.keys(config.cache.redis.encryptionKeys).length === 0) {
     logger.warn('cache.redis.encryptionKeys is empty: entries are stored in Redis compressed but not encrypted');
   }
-  const cache = new TieredCache({
-    memory: new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now }),
-    ...(redis ? { redis } : {}),
-  });
+  const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now });
+  const tiers: TierList = redis ? [memory, redis.tier] : [memory];
+  const cache = new TieredCache({ tiers, ...(redis ? { bus: redis.bus } : {}) });
   const upstream = new UpstreamClient(config.upstream);
   const metrics = createMetrics();
   const app = await buildProxy(config, {
@@ -50,8 +49,8 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     upstream,
     logger,
     hmacSecret: await resolveHmacSecret(config, redis, logger),
-    shared: redis,
-    lock: redis,
+    shared: redis?.sharedStore,
+    lock: redis?.fillLock,
     now,
     onOutcome: (outcome, operation) => metrics.recordOutcome(outcome, operation),
   });
@@ -59,14 +58,15 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   metrics.gauge('tm_cache_memory_bytes', 'Bytes held by the memory tier.', () => cache.memory.stats().bytes);
   metrics.gauge('tm_cache_upstream_active', 'Upstream requests in flight.', () => upstream.load.active);
   metrics.gauge('tm_cache_upstream_queued', 'Upstream requests waiting for a slot.', () => upstream.load.queued);
-  if (redis) metrics.gauge('tm_cache_redis_errors_total', 'Redis errors, timeouts and disconnections.', () => redis.stats().errors);
+  if (redis) metrics.gauge('tm_cache_redis_errors_total', 'Redis errors, timeouts and disconnections.', () => redis.connection.stats().errors);
 
   const checks: ReadinessCheck[] = [];
   if (redis) {
     checks.push({
       name: 'redis',
       // Redis down is a degradation, not an outage: the memory tier keeps serving.
-      check: () => (redis.healthy() ? { status: 'ok' } : { status: 'degraded', detail: `redis ${redis.status().connection}: serving from memory` }),
+      check: () =>
+        redis.connection.healthy() ? { status: 'ok' } : { status: 'degraded', detail: `redis ${redis.connection.status().connection}: serving from memory` },
     });
   }
   const { app: management, startDraining } = buildManagement(metrics, checks);
@@ -87,16 +87,17 @@ export async function startProxy(config: Config, options: StartOptions): Promise
       clearInterval(sweeper);
       await management.close();
       await cache.close();
+      await redis?.close();
     },
   };
 }
 
-function makeRedisTier(config: Config, logger: Logger, now: () => number): RedisTier {
+function makeRedisRoles(config: Config, logger: Logger, now: () => number): RedisRoles {
   const r = config.cache.redis;
   const keys = Object.entries(r.encryptionKeys);
   const keyring: Keyring | undefined =
     keys.length === 0 ? undefined : { keys: Object.fromEntries(keys.map(([id, text]) => [id, decodeSecret(text)!])), current: r.encryptionKeyId };
-  return new RedisTier({
+  return createRedisRoles({
     ...(r.url !== '' ? { url: r.url } : {}),
     mode: r.mode,
     nodes: r.nodes.map(parseHostPort),
@@ -121,11 +122,11 @@ function parseHostPort(text: string): HostPort {
  * The HMAC secret for credentials: configured, else shared through Redis so every replica computes
  * the same digests, else (memory only, or Redis unreachable at start) random for this process.
  */
-async function resolveHmacSecret(config: Config, redis: RedisTier | undefined, logger: Logger): Promise<Buffer> {
+async function resolveHmacSecret(config: Config, redis: RedisRoles | undefined, logger: Logger): Promise<Buffer> {
   if (config.identity.hmacSecret !== '') return decodeSecret(config.identity.hmacSecret)!;
   if (redis) {
-    await redis.ready(config.cache.redis.connectTimeoutMs);
-    const shared = await redis.getOrCreateSecret('hmac');
+    await redis.connection.ready(config.cache.redis.connectTimeoutMs);
+    const shared = await redis.secrets.getOrCreateSecret('hmac');
     if (shared) return shared;
     logger.warn('could not read the shared HMAC secret from Redis: using a per-process one (identities are not shared until restart)');
   }

@@ -20,7 +20,7 @@ import { pino } from 'pino';
 
 type Schema = typeof import('../../src/config/schema.js');
 type MemoryTierModule = typeof import('../../src/cache/memory-tier.js');
-type RedisTierModule = typeof import('../../src/cache/redis-tier.js');
+type RedisModule = typeof import('../../src/cache/redis.js');
 type TieredModule = typeof import('../../src/cache/tiered.js');
 type ClientModule = typeof import('../../src/upstream/client.js');
 type AppModule = typeof import('../../src/proxy/app.js');
@@ -40,7 +40,7 @@ const { values } = parseArgs({
 
 const { DEFAULT_CONFIG } = await load<Schema>('config/schema.js');
 const { MemoryTier } = await load<MemoryTierModule>('cache/memory-tier.js');
-const { RedisTier } = await load<RedisTierModule>('cache/redis-tier.js');
+const { createRedisRoles } = await load<RedisModule>('cache/redis.js');
 const { TieredCache } = await load<TieredModule>('cache/tiered.js');
 const { UpstreamClient } = await load<ClientModule>('upstream/client.js');
 const { buildProxy } = await load<AppModule>('proxy/app.js');
@@ -51,7 +51,7 @@ config.server.port = Number(values.port);
 const logger = pino({ level: 'warn' });
 const key = values['encryption-key'];
 
-const redis = new RedisTier({
+const redis = createRedisRoles({
   url: values.redis!,
   keyPrefix: values.prefix!,
   commandTimeoutMs: config.cache.redis.commandTimeoutMs,
@@ -59,14 +59,14 @@ const redis = new RedisTier({
   ...(key ? { keyring: { keys: { bench: Buffer.from(key, 'hex') }, current: 'bench' } } : {}),
   logger: logger.child({ tier: 'redis' }),
 });
-if (!(await redis.ready(config.cache.redis.connectTimeoutMs))) throw new Error(`redis at ${values.redis} is not ready`);
+if (!(await redis.connection.ready(config.cache.redis.connectTimeoutMs))) throw new Error(`redis at ${values.redis} is not ready`);
 // maxEntryBytes 0: nothing is ever stored in memory, so no request is a memory hit.
-const cache = new TieredCache({ memory: new MemoryTier({ maxBytes: 4096, maxEntryBytes: 0 }), redis });
+const cache = new TieredCache({ tiers: [new MemoryTier({ maxBytes: 4096, maxEntryBytes: 0 }), redis.tier], bus: redis.bus });
 const upstream = new UpstreamClient(config.upstream);
-const hmacSecret = (await redis.getOrCreateSecret('hmac')) ?? Buffer.alloc(32, 7);
-const app = await buildProxy(config, { cache, upstream, logger, hmacSecret, shared: redis, lock: redis });
+const hmacSecret = (await redis.secrets.getOrCreateSecret('hmac')) ?? Buffer.alloc(32, 7);
+const app = await buildProxy(config, { cache, upstream, logger, hmacSecret, shared: redis.sharedStore, lock: redis.fillLock });
 await app.listen({ host: '127.0.0.1', port: config.server.port });
 
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.once(signal, () => void app.close().then(() => cache.close()).then(() => process.exit(0)));
+  process.once(signal, () => void app.close().then(() => cache.close()).then(() => redis.close()).then(() => process.exit(0)));
 }

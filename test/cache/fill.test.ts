@@ -9,16 +9,16 @@ import { makeEntry } from './fixtures.js';
 
 function fakeStore() {
   const sets: string[] = [];
-  const promoted: string[] = [];
+  const backfilled: string[] = [];
   let release: () => void = () => undefined;
   const written = new Promise<void>((r) => (release = r));
   return {
     sets,
-    promoted,
+    backfilled,
     release: () => release(),
     store: {
       set: (key: string) => (sets.push(key), written),
-      promote: (key: string) => void promoted.push(key),
+      backfill: (key: string) => void backfilled.push(key),
     },
   };
 }
@@ -103,7 +103,7 @@ describe('Filler', () => {
     expect(await filler.runAlone(j)).toEqual({ kind: 'entry', entry: theirs, stored: true });
     expect(j.calls).toBe(0);
     expect(waits).toEqual([300]);
-    expect(s.promoted).toEqual(['k']);
+    expect(s.backfilled).toEqual(['k']);
   });
 
   it('fills itself when the other replica never delivers, and never locks for a fill the caller may not share', async () => {

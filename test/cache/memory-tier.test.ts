@@ -11,42 +11,42 @@ describe('MemoryTier', () => {
     const clock = makeClock();
     const tier = new MemoryTier({ now: clock.now, maxEntryBytes: 4_000 + ENTRY_OVERHEAD_BYTES });
     const entry = makeEntry(clock.now(), { body: Buffer.alloc(3_000) });
-    tier.store('k', entry);
+    tier.set('k', entry);
     const withVariant = { ...entry, gzip: Buffer.alloc(500) };
     expect(tier.replace('k', entry, withVariant)).toBe(true);
-    expect(tier.peek('k')).toBe(withVariant);
+    expect(tier.get('k')).toBe(withVariant);
     // Not the entry it holds any more: left alone.
     expect(tier.replace('k', entry, { ...entry, gzip: Buffer.alloc(10) })).toBe(false);
-    expect(tier.peek('k')).toBe(withVariant);
+    expect(tier.get('k')).toBe(withVariant);
     // Too large with the variant: the entry it has is kept, not dropped.
     expect(tier.replace('k', withVariant, { ...entry, gzip: Buffer.alloc(2_000) })).toBe(false);
-    expect(tier.peek('k')).toBe(withVariant);
+    expect(tier.get('k')).toBe(withVariant);
   });
 
-  it('answers peek synchronously with the very object stored', () => {
+  it('answers get synchronously with the very object stored', () => {
     const clock = makeClock();
     const tier = new MemoryTier({ now: clock.now });
     const entry = makeEntry(clock.now());
-    expect(tier.store('k', entry)).toBe(true);
-    expect(tier.peek('k')).toBe(entry);
-    expect(tier.peek('other')).toBeUndefined();
+    expect(tier.set('k', entry)).toBe(true);
+    expect(tier.get('k')).toBe(entry);
+    expect(tier.get('other')).toBeUndefined();
   });
 
-  it('stops answering peek once the entry is past expiresAt', () => {
+  it('stops answering get once the entry is past expiresAt', () => {
     const clock = makeClock();
     const tier = new MemoryTier({ now: clock.now });
     const entry = makeEntry(clock.now());
-    tier.store('k', entry);
+    tier.set('k', entry);
     clock.advance(expiresAt(entry) - clock.now() + 1);
-    expect(tier.peek('k')).toBeUndefined();
+    expect(tier.get('k')).toBeUndefined();
     expect(tier.stats().entries).toBe(0);
   });
 
   it('counts body bytes plus a fixed overhead per entry', () => {
     const clock = makeClock();
     const tier = new MemoryTier({ now: clock.now });
-    tier.store('a', makeEntry(clock.now(), { body: Buffer.alloc(1000) }));
-    tier.store('b', makeEntry(clock.now(), { body: Buffer.alloc(500) }));
+    tier.set('a', makeEntry(clock.now(), { body: Buffer.alloc(1000) }));
+    tier.set('b', makeEntry(clock.now(), { body: Buffer.alloc(500) }));
     expect(tier.stats()).toEqual({ entries: 2, bytes: 1500 + 2 * ENTRY_OVERHEAD_BYTES });
   });
 
@@ -54,34 +54,47 @@ describe('MemoryTier', () => {
     const clock = makeClock();
     const entryBytes = 10_000 + ENTRY_OVERHEAD_BYTES;
     const tier = new MemoryTier({ now: clock.now, maxBytes: entryBytes * 3 });
-    for (const key of ['a', 'b', 'c']) tier.store(key, makeEntry(clock.now(), { body: Buffer.alloc(10_000) }));
-    tier.peek('a'); // a is now more recent than b
-    tier.store('d', makeEntry(clock.now(), { body: Buffer.alloc(10_000) }));
-    expect(tier.peek('b')).toBeUndefined();
-    expect(['a', 'c', 'd'].map((k) => tier.peek(k) !== undefined)).toEqual([true, true, true]);
+    for (const key of ['a', 'b', 'c']) tier.set(key, makeEntry(clock.now(), { body: Buffer.alloc(10_000) }));
+    tier.get('a'); // a is now more recent than b (get counts as a use)
+    tier.set('d', makeEntry(clock.now(), { body: Buffer.alloc(10_000) }));
+    expect(tier.get('b')).toBeUndefined();
+    expect(['a', 'c', 'd'].map((k) => tier.get(k) !== undefined)).toEqual([true, true, true]);
     expect(tier.stats().bytes).toBeLessThanOrEqual(entryBytes * 3);
+  });
+
+  it('peeks without counting a use: the entry peeked at is still the first evicted', () => {
+    const clock = makeClock();
+    const entryBytes = 10_000 + ENTRY_OVERHEAD_BYTES;
+    const tier = new MemoryTier({ now: clock.now, maxBytes: entryBytes * 2 });
+    const a = makeEntry(clock.now(), { body: Buffer.alloc(10_000) });
+    tier.set('a', a);
+    tier.set('b', makeEntry(clock.now(), { body: Buffer.alloc(10_000) }));
+    expect(tier.peek('a')).toBe(a); // looked at, not used
+    tier.set('c', makeEntry(clock.now(), { body: Buffer.alloc(10_000) }));
+    expect(tier.peek('a')).toBeUndefined();
+    expect(tier.peek('b')).toBeDefined();
   });
 
   it('forgets the tags of evicted and replaced entries, so invalidation drops only live ones', () => {
     const clock = makeClock();
     const entryBytes = 10_000 + ENTRY_OVERHEAD_BYTES;
     const tier = new MemoryTier({ now: clock.now, maxBytes: entryBytes * 2 });
-    tier.store('a', makeEntry(clock.now(), { body: Buffer.alloc(10_000), tags: ['project:5'] }));
-    tier.store('b', makeEntry(clock.now(), { body: Buffer.alloc(10_000), tags: ['project:6'] }));
-    tier.store('c', makeEntry(clock.now(), { body: Buffer.alloc(10_000), tags: ['project:6'] })); // evicts a
-    expect(tier.dropTag('project:5')).toBe(0);
-    tier.store('b', makeEntry(clock.now(), { tags: ['project:7'] })); // replaces b's tags
-    expect(tier.dropTag('project:6')).toBe(1);
-    expect(tier.peek('b')).toBeDefined();
-    expect(tier.dropTag('project:7')).toBe(1);
+    tier.set('a', makeEntry(clock.now(), { body: Buffer.alloc(10_000), tags: ['project:5'] }));
+    tier.set('b', makeEntry(clock.now(), { body: Buffer.alloc(10_000), tags: ['project:6'] }));
+    tier.set('c', makeEntry(clock.now(), { body: Buffer.alloc(10_000), tags: ['project:6'] })); // evicts a
+    expect(tier.invalidateTag('project:5')).toBe(0);
+    tier.set('b', makeEntry(clock.now(), { tags: ['project:7'] })); // replaces b's tags
+    expect(tier.invalidateTag('project:6')).toBe(1);
+    expect(tier.get('b')).toBeDefined();
+    expect(tier.invalidateTag('project:7')).toBe(1);
   });
 
   it('replacing an entry with an oversized one drops the old one', () => {
     const clock = makeClock();
     const tier = new MemoryTier({ now: clock.now, maxEntryBytes: 4096 });
-    tier.store('k', makeEntry(clock.now()));
-    expect(tier.store('k', makeEntry(clock.now(), { body: Buffer.alloc(4096) }))).toBe(false);
-    expect(tier.peek('k')).toBeUndefined();
+    tier.set('k', makeEntry(clock.now()));
+    expect(tier.set('k', makeEntry(clock.now(), { body: Buffer.alloc(4096) }))).toBe(false);
+    expect(tier.get('k')).toBeUndefined();
   });
 
   it('rejects a maxBytes too small to hold anything', () => {

@@ -1,10 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryTier } from '../../src/cache/memory-tier.js';
-import { RedisTier } from '../../src/cache/redis-tier.js';
+import { createRedisRoles, type RedisRoles } from '../../src/cache/redis.js';
+import { RedisConnection } from '../../src/cache/redis-connection.js';
 import { TieredCache } from '../../src/cache/tiered.js';
 import { findFreePort, startRedis, type RedisHandle } from '../helpers/redis.js';
 import { makeEntry } from './fixtures.js';
-import { makeRedisTier, recordingLogger, waitUntil } from './redis-fixtures.js';
+import { closeRedisRoles, makeRedisRoles, recordingLogger, waitUntil } from './redis-fixtures.js';
+
+/** The cache as startProxy builds it: memory, then the roles' tier, listening on their bus. */
+function tieredOver(roles: RedisRoles): TieredCache {
+  return new TieredCache({ tiers: [new MemoryTier(), roles.tier], bus: roles.bus });
+}
 
 /**
  * Redis failing under a running tier. Wall-clock speed is not asserted (CONVENTIONS: speed is
@@ -16,41 +22,47 @@ beforeAll(async () => {
   redis = await startRedis();
 });
 afterAll(async () => {
+  await closeRedisRoles();
   await redis?.stop();
 });
 
-describe('RedisTier when Redis dies and comes back', () => {
+describe('the Redis roles when Redis dies and comes back', () => {
   it('answers misses while Redis is dead, counts and logs them sparingly, and resumes by itself', async () => {
     const logger = recordingLogger();
     // The production command timeout: this is the configuration under test.
-    const tier = await makeRedisTier(redis.url, { commandTimeoutMs: 50, logger, logIntervalMs: 60_000 });
-    const cache = new TieredCache({ memory: new MemoryTier(), redis: tier });
+    const roles = await makeRedisRoles(redis.url, { commandTimeoutMs: 50, logger, logIntervalMs: 60_000 });
+    const { tier, connection, sharedStore, fillLock, secrets } = roles;
+    const cache = tieredOver(roles);
     await cache.set('k', makeEntry(Date.now()));
     cache.memory.clear();
     expect((await cache.get('k'))?.tier).toBe('redis');
 
     await redis.kill();
-    await waitUntil(() => !tier.healthy(), 10_000, 'tier notices Redis is gone');
+    await waitUntil(() => !connection.healthy(), 10_000, 'the connection notices Redis is gone');
     const burst = await Promise.all(Array.from({ length: 200 }, (_, i) => tier.get(`k${i % 3}`)));
     expect(burst.every((entry) => entry === undefined)).toBe(true);
     await expect(tier.set('k2', makeEntry(Date.now()))).resolves.toBeUndefined();
     await expect(tier.invalidateTag('project:5')).resolves.toBe(0);
     await expect(tier.delete('k')).resolves.toBeUndefined();
-    expect(await tier.getJson('ns', 'k')).toBeUndefined();
-    await expect(tier.setJson('ns', 'k', 1, 1_000)).resolves.toBeUndefined();
-    expect(await tier.tryLock('k', 1_000)).toBeUndefined();
-    expect(await tier.waitFor('k', 5_000)).toBeUndefined();
-    expect(await tier.getOrCreateSecret('s')).toBeUndefined();
+    expect(await sharedStore.getJson('ns', 'k')).toBeUndefined();
+    await expect(sharedStore.setJson('ns', 'k', 1, 1_000)).resolves.toBeUndefined();
+    expect(await fillLock.tryLock('k', 1_000)).toBeUndefined();
+    expect(await fillLock.waitFor('k', 5_000)).toBeUndefined();
+    await expect(fillLock.unlock('k', 'token')).resolves.toBeUndefined();
+    expect(await secrets.getOrCreateSecret('s')).toBeUndefined();
+    await expect(roles.bus.publish({ kind: 'tag', tag: 'project:5' })).resolves.toBeUndefined();
+    expect(await cache.invalidateTag('project:6')).toEqual({ memory: 0, redis: 0 });
     expect(tier.stats().errors).toBeGreaterThanOrEqual(200);
-    expect(tier.status()).toMatchObject({ healthy: false });
+    expect(connection.stats().errors).toBe(tier.stats().errors);
+    expect(connection.status()).toMatchObject({ healthy: false });
     expect(logger.lines.filter((l) => (l.obj as { kind?: string }).kind === 'get')).toHaveLength(1);
 
-    // Memory keeps serving what it has (k, promoted above); what it lacks is a miss, not an error.
+    // Memory keeps serving what it has (k, backfilled above); what it lacks is a miss, not an error.
     expect((await cache.get('k'))?.tier).toBe('memory');
     expect(await cache.get('not-in-memory')).toBeUndefined();
 
     await redis.restart();
-    await waitUntil(() => tier.healthy(), 30_000, 'tier reconnects');
+    await waitUntil(() => connection.healthy(), 30_000, 'the connection reconnects');
     await tier.set('back', makeEntry(Date.now(), { body: Buffer.from('back') }));
     expect((await tier.get('back'))?.body.toString()).toBe('back');
     expect(logger.lines.some((l) => l.msg === 'redis connection restored')).toBe(true);
@@ -58,9 +70,9 @@ describe('RedisTier when Redis dies and comes back', () => {
   });
 
   it('clears memory when the invalidation channel was interrupted, since messages were lost', async () => {
-    const cache = new TieredCache({ memory: new MemoryTier(), redis: await makeRedisTier(redis.url) });
+    const cache = tieredOver(await makeRedisRoles(redis.url));
     expect(await cache.ready(15_000)).toBe(true);
-    cache.memory.store('k', makeEntry(Date.now()));
+    cache.memory.set('k', makeEntry(Date.now()));
     await redis.kill();
     await redis.restart();
     await waitUntil(() => cache.memory.stats().entries === 0, 30_000, 'memory cleared after resubscribe');
@@ -69,25 +81,26 @@ describe('RedisTier when Redis dies and comes back', () => {
   });
 });
 
-describe('RedisTier without a Redis to talk to', () => {
-  it('starts, answers misses and never rejects', async () => {
+describe('the Redis roles without a Redis to talk to', () => {
+  it('start, answer misses and never reject', async () => {
     const port = await findFreePort();
-    const tier = new RedisTier({ url: `redis://127.0.0.1:${port}`, connectTimeoutMs: 200 });
-    const cache = new TieredCache({ redis: tier });
+    const roles = createRedisRoles({ url: `redis://127.0.0.1:${port}`, connectTimeoutMs: 200 });
+    const cache = tieredOver(roles);
     expect(await cache.ready(300)).toBe(false);
     await expect(cache.set('k', makeEntry(Date.now()))).resolves.toBeUndefined();
     expect((await cache.get('k'))?.tier).toBe('memory');
     cache.memory.clear();
     expect(await cache.get('k')).toBeUndefined();
     expect(await cache.invalidateTag('project:5')).toEqual({ memory: 0, redis: 0 });
-    expect(tier.healthy()).toBe(false);
-    expect(tier.stats().errors).toBeGreaterThan(0);
+    expect(roles.connection.healthy()).toBe(false);
+    expect(roles.tier.stats().errors).toBeGreaterThan(0);
     await cache.close();
+    await roles.close();
   });
 
   it('refuses incomplete connection options at start, naming the field', () => {
-    expect(() => new RedisTier({})).toThrow(/redis.url/);
-    expect(() => new RedisTier({ mode: 'cluster' })).toThrow(/redis.nodes/);
-    expect(() => new RedisTier({ mode: 'sentinel', sentinels: [{ host: 'h', port: 1 }] })).toThrow(/redis.name/);
+    expect(() => new RedisConnection({})).toThrow(/redis.url/);
+    expect(() => createRedisRoles({ mode: 'cluster' })).toThrow(/redis.nodes/);
+    expect(() => createRedisRoles({ mode: 'sentinel', sentinels: [{ host: 'h', port: 1 }] })).toThrow(/redis.name/);
   });
 });

@@ -1,22 +1,68 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { RedisTier, type RedisTierOptions } from '../../src/cache/redis-tier.js';
+import { afterAll, beforeAll } from 'vitest';
+import { startRedis, type RedisHandle } from '../helpers/redis.js';
+import { createRedisRoles, type RedisRoles, type RedisRolesOptions } from '../../src/cache/redis.js';
+import type { RedisTier } from '../../src/cache/redis-tier.js';
 
 /**
- * Shared by the Redis tests. Each tier gets its own key prefix, so tests sharing one private
- * redis-server never see each other's keys. Command timeouts are generous here (tests run in
- * parallel on 2 cores): the failure tests set the production default explicitly.
+ * Shared by the Redis tests. Each set of roles gets its own key prefix, so tests sharing one
+ * private redis-server never see each other's keys. Command timeouts are generous here (tests
+ * run in parallel on 2 cores): the failure tests set the production default explicitly.
+ *
+ * The roles' connection outlives the tier (closing a tier only lets its writes land): every
+ * connection opened here is closed by `closeRedisRoles()`, which each test file calls in afterAll.
  */
 let prefixCount = 0;
+const opened: RedisRoles[] = [];
 
 export function uniquePrefix(): string {
   return `t${process.pid}-${++prefixCount}:`;
 }
 
-export async function makeRedisTier(url: string, options: Partial<RedisTierOptions> = {}): Promise<RedisTier> {
-  const tier = new RedisTier({ url, keyPrefix: uniquePrefix(), commandTimeoutMs: 2_000, ...options });
-  if (!(await tier.ready(15_000))) throw new Error(`RedisTier on ${url} not ready within 15 s`);
-  return tier;
+/** Every Redis role over one new connection, once that connection is ready. */
+export async function makeRedisRoles(url: string, options: Partial<RedisRolesOptions> = {}): Promise<RedisRoles> {
+  const roles = createRedisRoles({ url, keyPrefix: uniquePrefix(), commandTimeoutMs: 2_000, ...options });
+  opened.push(roles);
+  if (!(await roles.connection.ready(15_000))) throw new Error(`Redis on ${url} not ready within 15 s`);
+  return roles;
+}
+
+export async function makeRedisTier(url: string, options: Partial<RedisRolesOptions> = {}): Promise<RedisTier> {
+  return (await makeRedisRoles(url, options)).tier;
+}
+
+export async function closeRedisRoles(): Promise<void> {
+  await Promise.all(opened.splice(0).map((roles) => roles.close()));
+}
+
+/**
+ * For a test file: a private redis-server and a plain client on it, from beforeAll; after
+ * all its tests, the roles made here, the client and the server are closed.
+ */
+export function useRedisServer(): { readonly server: RedisHandle; readonly url: string; readonly raw: Redis } {
+  let server: RedisHandle | undefined;
+  let raw: Redis | undefined;
+  beforeAll(async () => {
+    server = await startRedis();
+    raw = rawClient(server.url);
+  });
+  afterAll(async () => {
+    await closeRedisRoles();
+    raw?.disconnect();
+    await server?.stop();
+  });
+  return {
+    get server() {
+      return server!;
+    },
+    get url() {
+      return server!.url;
+    },
+    get raw() {
+      return raw!;
+    },
+  };
 }
 
 /** A plain client for looking at what the tier wrote, the way an operator would. */

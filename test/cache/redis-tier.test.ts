@@ -1,30 +1,18 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { storedKeyId } from '../../src/cache/codec.js';
 import type { Keyring } from '../../src/cache/keyring.js';
 import type { RedisTier } from '../../src/cache/redis-tier.js';
-import { startRedis, type RedisHandle } from '../helpers/redis.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
-import { makeRedisTier, rawClient, uniquePrefix } from './redis-fixtures.js';
+import { makeRedisRoles, makeRedisTier, uniquePrefix, useRedisServer } from './redis-fixtures.js';
 import { makeClock, tierContract } from './tier-contract.js';
 
-let redis: RedisHandle;
-let raw: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  raw = rawClient(redis.url);
-});
-afterAll(async () => {
-  raw?.disconnect();
-  await redis?.stop();
-});
+const redis = useRedisServer();
 
 tierContract(
   'RedisTier',
   async ({ clock, maxEntryBytes }) => makeRedisTier(redis.url, { now: clock.now, maxEntryBytes }),
-  { breakKey: async (tier, key) => void (await raw.set(`${(tier as RedisTier).keyPrefix}{${key}}`, randomBytes(64))) },
+  { breakKey: async (tier, key) => void (await redis.raw.set((tier as RedisTier).connection.entryKey(key), randomBytes(64))) },
 );
 
 const k1 = randomBytes(32);
@@ -34,13 +22,13 @@ const ring12: Keyring = { keys: { k1, k2 }, current: 'k2' };
 
 /** Every key under `prefix` with its value(s), as an operator scanning Redis would see them. */
 async function dump(prefix: string): Promise<Buffer[]> {
-  const keys = await raw.keys(`${prefix}*`);
+  const keys = await redis.raw.keys(`${prefix}*`);
   const parts: Buffer[] = [];
   for (const key of keys) {
     parts.push(Buffer.from(key));
-    const type = await raw.type(key);
-    if (type === 'string') parts.push((await raw.getBuffer(key))!);
-    if (type === 'set') parts.push(...(await raw.smembersBuffer(key)));
+    const type = await redis.raw.type(key);
+    if (type === 'string') parts.push((await redis.raw.getBuffer(key))!);
+    if (type === 'set') parts.push(...(await redis.raw.smembersBuffer(key)));
   }
   return parts;
 }
@@ -50,11 +38,11 @@ describe('RedisTier with a keyring', () => {
   const body = Buffer.from(JSON.stringify({ runs: Array.from({ length: 50 }, (_, i) => ({ id: i, name: secretText })) }));
 
   it('leaves no plaintext body fragment anywhere in Redis', async () => {
-    const tier = await makeRedisTier(redis.url, { keyring: ring1 });
+    const { tier, sharedStore, connection } = await makeRedisRoles(redis.url, { keyring: ring1 });
     await tier.set('page', makeEntry(Date.now(), { body }));
     await tier.set('small', makeEntry(Date.now(), { body: Buffer.from(`{"name":"${secretText}"}`) }));
-    await tier.setJson('identity', 'hmac-of-token', { userId: 7, name: secretText }, 60_000);
-    const everything = await dump(tier.keyPrefix);
+    await sharedStore.setJson('identity', 'hmac-of-token', { userId: 7, name: secretText }, 60_000);
+    const everything = await dump(connection.keyPrefix);
     expect(everything.length).toBeGreaterThan(4);
     for (const part of everything) {
       expect(part.includes(Buffer.from(secretText))).toBe(false);
@@ -64,14 +52,14 @@ describe('RedisTier with a keyring', () => {
   });
 
   it('is unreadable without the key, and with another key', async () => {
-    const writer = await makeRedisTier(redis.url, { keyring: ring1 });
-    await writer.set('page', makeEntry(Date.now(), { body }));
-    await writer.setJson('ns', 'k', { a: 1 }, 60_000);
+    const writer = await makeRedisRoles(redis.url, { keyring: ring1 });
+    await writer.tier.set('page', makeEntry(Date.now(), { body }));
+    await writer.sharedStore.setJson('ns', 'k', { a: 1 }, 60_000);
     for (const keyring of [undefined, { keys: { k1: k2 }, current: 'k1' }]) {
-      const reader = await makeRedisTier(redis.url, { keyPrefix: writer.keyPrefix, keyring });
-      expect(await reader.get('page')).toBeUndefined();
-      expect(await reader.getJson('ns', 'k')).toBeUndefined();
-      expect(reader.stats().byKind.decode).toBe(1);
+      const reader = await makeRedisRoles(redis.url, { keyPrefix: writer.connection.keyPrefix, keyring });
+      expect(await reader.tier.get('page')).toBeUndefined();
+      expect(await reader.sharedStore.getJson('ns', 'k')).toBeUndefined();
+      expect(reader.tier.stats().byKind.decode).toBe(1);
       await reader.close();
     }
     await writer.close();
@@ -81,11 +69,11 @@ describe('RedisTier with a keyring', () => {
     const before = await makeRedisTier(redis.url, { keyring: ring1 });
     const oldEntry = makeEntry(Date.now(), { body: Buffer.from('old') });
     await before.set('old', oldEntry);
-    const after = await makeRedisTier(redis.url, { keyPrefix: before.keyPrefix, keyring: ring12 });
+    const after = await makeRedisTier(redis.url, { keyPrefix: before.connection.keyPrefix, keyring: ring12 });
     expect((await after.get('old'))?.body.toString()).toBe('old');
     await after.set('new', makeEntry(Date.now(), { body: Buffer.from('new') }));
-    expect(storedKeyId((await raw.getBuffer(`${before.keyPrefix}{old}`))!)).toBe('k1');
-    expect(storedKeyId((await raw.getBuffer(`${before.keyPrefix}{new}`))!)).toBe('k2');
+    expect(storedKeyId((await redis.raw.getBuffer(before.connection.entryKey('old')))!)).toBe('k1');
+    expect(storedKeyId((await redis.raw.getBuffer(before.connection.entryKey('new')))!)).toBe('k2');
     expect(await before.get('new')).toBeUndefined(); // a replica not yet given k2 misses
     await Promise.all([before.close(), after.close()]);
   });
@@ -100,8 +88,8 @@ describe('RedisTier storage', () => {
     const long = makeEntry(now, { freshUntil: now + 5_000, staleWhileRevalidateUntil: now + 9_000, staleIfErrorUntil: now + 20_000 });
     await tier.set('long', long);
     await tier.set('short', short);
-    const entryTtlMs = await raw.pttl(`${tier.keyPrefix}{short}`);
-    const tagTtlMs = await raw.pttl(`${tier.keyPrefix}tag:project:5`);
+    const entryTtlMs = await redis.raw.pttl(tier.connection.entryKey('short'));
+    const tagTtlMs = await redis.raw.pttl(tier.connection.tagKey('project:5'));
     expect(entryTtlMs).toBeGreaterThan(2_000);
     expect(entryTtlMs).toBeLessThanOrEqual(3_000);
     expect(tagTtlMs).toBeGreaterThan(19_000);
@@ -113,33 +101,32 @@ describe('RedisTier storage', () => {
     const tier = await makeRedisTier(redis.url);
     const page = makeListPageBody(100);
     await tier.set('page', makeEntry(Date.now(), { body: page }));
-    const storedBytes = await raw.strlen(`${tier.keyPrefix}{page}`);
+    const storedBytes = await redis.raw.strlen(tier.connection.entryKey('page'));
     expect(page.length / storedBytes).toBeGreaterThan(5);
     await tier.close();
   });
 });
 
-describe('RedisTier shared values', () => {
+describe('RedisSharedStore and RedisSecrets', () => {
   it('round-trips JSON values, null included, and expires them', async () => {
-    const tier = await makeRedisTier(redis.url, { keyring: ring1 });
-    await tier.setJson('identity', 'h1', { userId: 7 }, 60_000);
-    await tier.setJson('identity', 'h2', null, 60_000);
-    expect(await tier.getJson('identity', 'h1')).toEqual({ userId: 7 });
-    expect(await tier.getJson('identity', 'h2')).toBeNull();
-    expect(await tier.getJson('identity', 'h3')).toBeUndefined();
-    expect(await raw.pttl(`${tier.keyPrefix}json:identity:h1`)).toBeLessThanOrEqual(60_000);
-    await tier.close();
+    const { sharedStore, connection } = await makeRedisRoles(redis.url, { keyring: ring1 });
+    await sharedStore.setJson('identity', 'h1', { userId: 7 }, 60_000);
+    await sharedStore.setJson('identity', 'h2', null, 60_000);
+    expect(await sharedStore.getJson('identity', 'h1')).toEqual({ userId: 7 });
+    expect(await sharedStore.getJson('identity', 'h2')).toBeNull();
+    expect(await sharedStore.getJson('identity', 'h3')).toBeUndefined();
+    expect(await redis.raw.pttl(connection.jsonKey('identity', 'h1'))).toBeLessThanOrEqual(60_000);
   });
 
   it('gives every replica the same 32-byte secret, sealed at rest', async () => {
     const prefix = uniquePrefix();
-    const replicas = await Promise.all([1, 2, 3].map(() => makeRedisTier(redis.url, { keyPrefix: prefix, keyring: ring1 })));
-    const secrets = await Promise.all(replicas.map((r) => r.getOrCreateSecret('hmac')));
+    const replicas = await Promise.all([1, 2, 3].map(() => makeRedisRoles(redis.url, { keyPrefix: prefix, keyring: ring1 })));
+    const secrets = await Promise.all(replicas.map((r) => r.secrets.getOrCreateSecret('hmac')));
     expect(secrets[0]).toHaveLength(32);
     expect(secrets.every((s) => s!.equals(secrets[0]!))).toBe(true);
-    expect((await raw.getBuffer(`${prefix}secret:hmac`))!.includes(secrets[0]!)).toBe(false);
-    const stranger = await makeRedisTier(redis.url, { keyPrefix: prefix });
-    expect(await stranger.getOrCreateSecret('hmac')).toBeUndefined(); // cannot open it: no overwrite
+    expect((await redis.raw.getBuffer(`${prefix}secret:hmac`))!.includes(secrets[0]!)).toBe(false);
+    const stranger = await makeRedisRoles(redis.url, { keyPrefix: prefix });
+    expect(await stranger.secrets.getOrCreateSecret('hmac')).toBeUndefined(); // cannot open it: no overwrite
     await Promise.all([...replicas, stranger].map((r) => r.close()));
   });
 });

@@ -123,7 +123,7 @@ function fakeCache(async = false) {
       return async ? Promise.resolve(found) : found;
     },
     set: (key, entry) => void entries.set(key, entry),
-    promote: (key, entry) => void entries.set(key, entry),
+    backfill: (key, entry) => void entries.set(key, entry),
     delete: async (key) => void (deleted.push(key), entries.delete(key)),
   };
   return { entries, deleted, cache };

@@ -1,0 +1,22 @@
+/**
+ * How replicas tell each other what they invalidated. TieredCache publishes every tag and key it
+ * drops, and applies what other replicas publish to its process-private tiers (tier.ts `clear`);
+ * the shared tiers were already dropped by the replica that published.
+ *
+ * Delivery is best effort (Redis pub/sub keeps nothing for later): a bus that may have missed
+ * messages says so with `{ kind: 'all' }`, and the listener forgets everything rather than
+ * serve what may have been invalidated.
+ */
+
+/** What the bus carries. `all`: messages may have been missed (e.g. the subscriber reconnected). */
+export type InvalidationMessage = { kind: 'tag'; tag: string } | { kind: 'key'; key: string } | { kind: 'all' };
+export type InvalidationListener = (message: InvalidationMessage) => void;
+
+export interface InvalidationBus {
+  /** Sends to every other replica listening now; never rejects (a lost message is a failure counted by the bus). */
+  publish(message: InvalidationMessage): Promise<void>;
+  /** Calls `listener` for every message another replica published; returns the unsubscribe. */
+  onInvalidate(listener: InvalidationListener): () => void;
+  /** Waits (bounded) until the bus can send and is listening; false at the timeout. */
+  ready(timeoutMs: number): Promise<boolean>;
+}

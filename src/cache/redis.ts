@@ -1,0 +1,46 @@
+/**
+ * Builds every Redis role over ONE connection: the cache tier, the fill lock, the shared store,
+ * the secrets and the invalidation bus. Each role is its own object (named after what it is
+ * for), so the proxy depends on the role it uses, never on "Redis".
+ *
+ * Ownership: the roles borrow the connection; `close()` here lets the tier's pending writes
+ * land, then disconnects. Close the TieredCache using the tier first (it stops listening).
+ */
+import { RedisInvalidationBus } from './redis-bus.js';
+import { RedisConnection, type RedisConnectionSettings } from './redis-connection.js';
+import { RedisFillLock } from './redis-fill-lock.js';
+import { RedisSecrets } from './redis-secrets.js';
+import { RedisSharedStore } from './redis-shared-store.js';
+import { RedisTier, type RedisTierOptions } from './redis-tier.js';
+
+/** The connection's settings (redis-connection.ts), and the tier's own (its size limit, its clock). */
+export interface RedisRolesOptions extends RedisConnectionSettings, RedisTierOptions {}
+
+export interface RedisRoles {
+  readonly connection: RedisConnection;
+  readonly tier: RedisTier;
+  readonly fillLock: RedisFillLock;
+  readonly sharedStore: RedisSharedStore;
+  readonly secrets: RedisSecrets;
+  readonly bus: RedisInvalidationBus;
+  close(): Promise<void>;
+}
+
+/** Connects at once (in the background); throws only for incomplete options, naming the field. */
+export function createRedisRoles(options: RedisRolesOptions): RedisRoles {
+  const { maxEntryBytes, now, ...settings } = options;
+  const connection = new RedisConnection(settings);
+  const tier = new RedisTier(connection, { maxEntryBytes, now });
+  return {
+    connection,
+    tier,
+    fillLock: new RedisFillLock(connection, tier),
+    sharedStore: new RedisSharedStore(connection),
+    secrets: new RedisSecrets(connection),
+    bus: new RedisInvalidationBus(connection),
+    close: async () => {
+      await tier.close();
+      connection.close();
+    },
+  };
+}

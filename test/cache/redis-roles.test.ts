@@ -1,0 +1,130 @@
+/**
+ * The Redis roles as separate objects over one connection (redis.ts), against a private
+ * redis-server: what each role does on its own, and what they share (the connection, its
+ * failure counts, its closing).
+ */
+import { describe, expect, it } from 'vitest';
+import type { InvalidationMessage } from '../../src/cache/invalidation.js';
+import { makeEntry } from './fixtures.js';
+import { makeRedisRoles, uniquePrefix, useRedisServer, waitUntil } from './redis-fixtures.js';
+
+const redis = useRedisServer();
+
+/** Connections the server sees, by client name (`tm-cache:commands`, `tm-cache:subscriber`). */
+async function connectionsNamed(name: string): Promise<number> {
+  const list = (await redis.raw.client('LIST')) as string;
+  return list.split('\n').filter((line) => line.includes(` name=${name} `)).length;
+}
+
+describe('createRedisRoles', () => {
+  it('builds every role over one command connection, and opens the subscriber only once someone listens', async () => {
+    const commandsBefore = await connectionsNamed('tm-cache:commands');
+    const subscribersBefore = await connectionsNamed('tm-cache:subscriber');
+    const roles = await makeRedisRoles(redis.url);
+    await roles.tier.set('k', makeEntry(Date.now()));
+    await roles.sharedStore.setJson('ns', 'k', 1, 60_000);
+    await roles.secrets.getOrCreateSecret('s');
+    await roles.fillLock.tryLock('k', 1_000);
+    expect(await connectionsNamed('tm-cache:commands')).toBe(commandsBefore + 1);
+    expect(await connectionsNamed('tm-cache:subscriber')).toBe(subscribersBefore);
+
+    roles.bus.onInvalidate(() => undefined);
+    expect(await roles.bus.ready(15_000)).toBe(true);
+    expect(await connectionsNamed('tm-cache:subscriber')).toBe(subscribersBefore + 1);
+
+    await roles.close();
+    await waitUntil(async () => (await connectionsNamed('tm-cache:commands')) === commandsBefore, 10_000, 'commands connection closed');
+    await waitUntil(async () => (await connectionsNamed('tm-cache:subscriber')) === subscribersBefore, 10_000, 'subscriber closed');
+  });
+
+  it('counts every role\'s failures on the one connection, and answers nothing once it is closed', async () => {
+    const roles = await makeRedisRoles(redis.url);
+    roles.connection.close();
+    expect(roles.connection.healthy()).toBe(false);
+    expect(await roles.connection.ready(50)).toBe(false);
+    expect(await roles.tier.get('k')).toBeUndefined();
+    expect(await roles.sharedStore.getJson('ns', 'k')).toBeUndefined();
+    expect(await roles.secrets.getOrCreateSecret('s')).toBeUndefined();
+    expect(await roles.fillLock.tryLock('k', 1_000)).toBeUndefined();
+    await expect(roles.bus.publish({ kind: 'key', key: 'k' })).resolves.toBeUndefined();
+    const { byKind, errors, lastError } = roles.connection.stats();
+    expect(byKind).toMatchObject({ get: 1, json: 1, secret: 1, lock: 1, publish: 1 });
+    expect(errors).toBe(5);
+    expect(lastError?.message).toBe('connection closed');
+  });
+});
+
+describe('RedisFillLock', () => {
+  it('releases the lock only after this replica\'s pending write of the key landed', async () => {
+    const { fillLock, tier, connection } = await makeRedisRoles(redis.url);
+    const token = await fillLock.tryLock('k', 10_000);
+    expect(token).toBeDefined();
+    void tier.set('k', makeEntry(Date.now())); // fire-and-forget, as the read-through does
+    expect(tier.pendingWrite('k')).toBeDefined();
+    await fillLock.unlock('k', token!);
+    expect(await redis.raw.exists(connection.entryKey('k'))).toBe(1);
+    expect(await redis.raw.exists(connection.lockKey('k'))).toBe(0);
+    expect(tier.pendingWrite('k')).toBeUndefined();
+  });
+
+  it('hands a waiter the entry the holder stored, decoded by the tier', async () => {
+    const prefix = uniquePrefix();
+    const [holder, waiter] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    const token = await holder.fillLock.tryLock('k', 10_000);
+    const waiting = waiter.fillLock.waitFor('k', 10_000);
+    await holder.tier.set('k', makeEntry(Date.now(), { body: Buffer.from('filled') }));
+    await holder.fillLock.unlock('k', token!);
+    expect((await waiting)?.body.toString()).toBe('filled');
+  });
+});
+
+describe('RedisInvalidationBus', () => {
+  it('delivers to the other replicas, not back to the publisher, until unsubscribed', async () => {
+    const prefix = uniquePrefix();
+    const [a, b] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    const heardByA: InvalidationMessage[] = [];
+    const heardByB: InvalidationMessage[] = [];
+    a.bus.onInvalidate((message) => heardByA.push(message));
+    const stop = b.bus.onInvalidate((message) => heardByB.push(message));
+    expect(await a.bus.ready(15_000)).toBe(true);
+    expect(await b.bus.ready(15_000)).toBe(true);
+
+    await a.bus.publish({ kind: 'tag', tag: 'project:5' });
+    await a.bus.publish({ kind: 'key', key: 'k' });
+    await waitUntil(() => heardByB.length === 2, 10_000, 'B hears both messages');
+    expect(heardByB).toEqual([
+      { kind: 'tag', tag: 'project:5', origin: a.bus.origin },
+      { kind: 'key', key: 'k', origin: a.bus.origin },
+    ]);
+
+    stop();
+    await a.bus.publish({ kind: 'key', key: 'later' });
+    await b.bus.publish({ kind: 'key', key: 'from-b' });
+    await waitUntil(() => heardByA.length === 1, 10_000, 'A hears B');
+    expect(heardByA).toEqual([{ kind: 'key', key: 'from-b', origin: b.bus.origin }]);
+    expect(heardByB).toHaveLength(2);
+  });
+
+  it('ignores what is not an invalidation on its channel', async () => {
+    const roles = await makeRedisRoles(redis.url);
+    const heard: InvalidationMessage[] = [];
+    roles.bus.onInvalidate((message) => heard.push(message));
+    expect(await roles.bus.ready(15_000)).toBe(true);
+    const channel = `${roles.connection.keyPrefix}invalidate`;
+    await redis.raw.publish(channel, 'not json');
+    await redis.raw.publish(channel, JSON.stringify({ kind: 'flush-everything' }));
+    await redis.raw.publish(channel, JSON.stringify({ kind: 'key', key: 'k', origin: 'elsewhere' }));
+    await waitUntil(() => heard.length === 1, 10_000, 'the valid message arrives');
+    expect(heard[0]).toMatchObject({ kind: 'key', key: 'k' });
+    expect(roles.connection.stats().byKind.subscribe).toBe(1);
+  });
+});
+
+describe('RedisSharedStore', () => {
+  it('stores nothing for a non-positive TTL', async () => {
+    const { sharedStore, connection } = await makeRedisRoles(redis.url);
+    await sharedStore.setJson('ns', 'k', { a: 1 }, 0);
+    expect(await redis.raw.exists(connection.jsonKey('ns', 'k'))).toBe(0);
+    expect(await sharedStore.getJson('ns', 'k')).toBeUndefined();
+  });
+});
