@@ -4,7 +4,7 @@
  * by self time and by inclusive time, and a breakdown by origin (tm-cache, fastify, node, GC).
  *
  *   npm run build && npx tsx test/bench/profile.ts hit     # memory-tier hits, wrk 32 connections
- *   npx tsx test/bench/profile.ts redis                    # Redis-tier hits (redis-hit-server.ts)
+ *   npx tsx test/bench/profile.ts redis                    # Redis-tier hits (a memory tier storing nothing: startRedisHitServer)
  *   npx tsx test/bench/profile.ts miss                     # distinct cold requests, one at a time
  *   npx tsx test/bench/profile.ts bare                     # the bare fastify baseline, for comparison
  *

@@ -1,6 +1,6 @@
 /**
  * Scenario 4: the Redis tier, against a private redis-server (never the shared 6379).
- *   (a) a Redis-tier hit (memory tier storing nothing: redis-hit-server.ts) vs a memory-tier hit;
+ *   (a) a Redis-tier hit (memory tier storing nothing: startRedisHitServer) vs a memory-tier hit;
  *   (b) bytes stored in Redis per entry vs the raw body, plain and encrypted;
  *   (c) memory-tier hit throughput with Redis enabled vs without.
  */
@@ -107,8 +107,8 @@ export async function runRedisScenario(emulator: Emulator, page: Page, load: Loa
       fmt(r.cpuPct, 0), fmt(r.cpuUsPerReq, 1), fmt(r.capacityRps, 0), r.errors,
     ]),
     [
-      '"tm-cache redis-hit": test/bench/redis-hit-server.ts: the built proxy (dist/) with a memory tier that stores nothing,',
-      '  so every request is a Redis GET + decode (`tm-cache serve` cannot be set up so: see the note in that file).',
+      '"tm-cache redis-hit": tm-cache serve (dist/) with cache.memory.maxEntryBytes: 1, a memory tier that stores nothing,',
+      '  so every request is a Redis GET + decode (the Redis tier has its own cache.redis.maxEntryBytes).',
       `${upstreamDuringRun} page requests reached the emulator during the measurement, all four servers together.`,
       ...noiseNote(noisyRows(rows)),
     ],

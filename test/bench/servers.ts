@@ -4,8 +4,9 @@
  * (on the server core), a private redis-server, and the bench-only Redis-hit server.
  */
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { freePort, startProcess, waitForHttp, type Proc } from './procs.js';
 
@@ -86,10 +87,18 @@ export async function startBare(dir: string, body: Buffer, contentType: string, 
   return startBenchScript('bare fastify', 'bare-server.ts', ['--body', file, '--content-type', contentType], '/', nodeArgs);
 }
 
+/**
+ * `tm-cache serve` whose memory tier stores nothing (`cache.memory.maxEntryBytes: 1`, less than
+ * any entry's overhead), so that every request after the first is a Redis-tier hit. The Redis
+ * tier has its own `cache.redis.maxEntryBytes`, so it still stores the page.
+ */
 export async function startRedisHitServer(upstream: string, redisUrl: string, prefix: string, encrypted: boolean, nodeArgs: readonly string[] = []): Promise<Server> {
-  const args = ['--upstream', upstream, '--redis', redisUrl, '--prefix', prefix];
-  if (encrypted) args.push('--encryption-key', randomBytes(32).toString('hex'));
-  return startBenchScript(encrypted ? 'tm-cache redis-hit (encrypted)' : 'tm-cache redis-hit', 'redis-hit-server.ts', args, '/api/v1/user', nodeArgs);
+  const dir = mkdtempSync(join(tmpdir(), 'tm-cache-bench-'));
+  const config = join(dir, 'redis-hit.yaml');
+  writeFileSync(config, `cache:\n  memory:\n    maxEntryBytes: 1\n  redis:\n    keyPrefix: ${JSON.stringify(prefix)}\n`);
+  const keys: Record<string, string> = encrypted ? { TM_CACHE_REDIS_ENCRYPTION_KEYS: `bench:${randomBytes(32).toString('hex')}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'bench' } : {};
+  const name = encrypted ? 'tm-cache redis-hit (encrypted)' : 'tm-cache redis-hit';
+  return startTmCache(upstream, { name, redisUrl, env: { TM_CACHE_CONFIG: config, ...keys }, nodeArgs });
 }
 
 export interface Redis {
