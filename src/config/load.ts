@@ -21,8 +21,6 @@ import { CONFIG_OVERRIDES, envLayer, flagLayer, mergeLayers, nonEmpty, readConfi
 import { validateMerged } from './validate.js';
 
 export { CONFIG_OVERRIDES, type ConfigOverride } from './sources.js';
-// Importers outside src/config (src/proxy/server.ts) still find it here.
-export { decodeSecret } from './secrets.js';
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { decodeSecret } from '../config/load.js';
+import { decodeSecret } from '../config/secrets.js';
 import type { Config } from '../config/schema.js';
 import { MemoryTier } from '../cache/memory-tier.js';
 import { createRedisRoles, type RedisRoles } from '../cache/redis.js';
