@@ -5,10 +5,9 @@
  * answer above upstream.maxBodyBytes is cut off and answered with a JSON 502, never cached.
  * Sizes are read from the proxy's own gauges; RSS figures belong to the bench (scenario-security).
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startHostileUpstream, type HostileUpstream } from '../helpers/hostile-upstream.js';
 import { readGauge } from '../helpers/metrics.js';
 import { httpGet, startTestProxy, type TestProxy } from '../helpers/proxy.js';
 import { proxyOverEmulator } from '../helpers/setup.js';
@@ -83,62 +82,26 @@ describe('identities', () => {
   });
 });
 
-/** An instance that answers GET /user, and a runs page far larger than the proxy accepts. */
-class HostileUpstream {
-  readonly server: Server;
-  readonly requests = new Map<string, number>();
-  /** Bytes of the chunked answer accepted by the socket before the proxy hung up. */
-  chunkedBytesWritten = 0;
-
-  constructor(readonly announcedBytes: number, readonly chunkedBytes: number) {
-    this.server = createServer((req, res) => {
-      const path = (req.url ?? '').split('?')[0]!;
-      this.requests.set(path, (this.requests.get(path) ?? 0) + 1);
-      if (path === '/api/v1/user') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":7}');
-      if (path === '/api/v1/projects/1/runs') return this.#send(res, this.announcedBytes, true);
-      if (path === '/api/v1/projects/2/runs') return this.#send(res, this.chunkedBytes, false);
-      res.writeHead(404).end();
-    });
-  }
-
-  #send(res: import('node:http').ServerResponse, total: number, announce: boolean): void {
-    res.writeHead(200, { 'content-type': 'application/json', ...(announce ? { 'content-length': String(total) } : {}) });
-    const chunk = Buffer.alloc(64 * KiB, 0x20);
-    let sent = 0;
-    let closed = false;
-    res.on('close', () => (closed = true));
-    const pump = (): void => {
-      while (!closed && sent < total) {
-        sent += chunk.length;
-        if (!announce) this.chunkedBytesWritten = sent;
-        if (!res.write(chunk)) return void res.once('drain', pump);
-      }
-      if (!closed) res.end();
-    };
-    pump();
-  }
-
-  async listen(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
-  }
-}
-
 describe('an upstream answer above upstream.maxBodyBytes', () => {
-  const hostile = new HostileUpstream(3 * MiB, 64 * MiB);
+  const ANNOUNCED = '/api/v1/projects/1/runs';
+  const CHUNKED = '/api/v1/projects/2/runs';
+  const CHUNKED_BYTES = 64 * MiB;
+  let hostile: HostileUpstream;
   let proxy: TestProxy;
   beforeAll(async () => {
-    proxy = await startTestProxy(await hostile.listen(), { upstream: { maxBodyBytes: 1 * MiB } });
+    hostile = await startHostileUpstream((path) =>
+      path === ANNOUNCED ? { bytes: 3 * MiB, announce: true } : path === CHUNKED ? { bytes: CHUNKED_BYTES, announce: false } : undefined,
+    );
+    proxy = await startTestProxy(hostile.url, { upstream: { maxBodyBytes: 1 * MiB } });
   });
   afterAll(async () => {
     await proxy?.close();
-    hostile.server.closeAllConnections();
-    await new Promise((resolve) => hostile.server.close(resolve));
+    await hostile?.close();
   });
 
   it.each([
-    ['announced by Content-Length', '/api/v1/projects/1/runs'],
-    ['sent chunked, without a length', '/api/v1/projects/2/runs'],
+    ['announced by Content-Length', ANNOUNCED],
+    ['sent chunked, without a length', CHUNKED],
   ])('is a JSON 502 naming the setting, and never cached (%s)', async (_how, path) => {
     for (let round = 1; round <= 2; round++) {
       const res = await proxy.get(path, 'hostile-test-token');
@@ -150,7 +113,8 @@ describe('an upstream answer above upstream.maxBodyBytes', () => {
   });
 
   it('is cut off: the upstream stops sending long before its end', () => {
-    expect(hostile.chunkedBytesWritten).toBeGreaterThan(0);
-    expect(hostile.chunkedBytesWritten).toBeLessThan(hostile.chunkedBytes);
+    const written = hostile.bytesWritten.get(CHUNKED) ?? 0;
+    expect(written).toBeGreaterThan(0);
+    expect(written).toBeLessThan(CHUNKED_BYTES);
   });
 });
