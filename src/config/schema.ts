@@ -72,6 +72,7 @@ export const ConfigSchema = section({
     maxConcurrent: count(1, 64),
     maxQueue: count(0, 1_024),
     defaultRetryAfterMs: durationMs(1, 60_000),
+    maxBodyBytes: count(1, 32 * MiB),
   }),
   server: section({
     host: host('127.0.0.1', { flag: '--host', env: 'TM_CACHE_HOST' }),
@@ -79,6 +80,7 @@ export const ConfigSchema = section({
     managementHost: host('127.0.0.1', { flag: '--management-host', env: 'TM_CACHE_MANAGEMENT_HOST' }),
     managementPort: port(9090, { flag: '--management-port', env: 'TM_CACHE_MANAGEMENT_PORT' }),
     shutdownGraceMs: durationMs(0, 10_000),
+    routeMemoMaxBytes: count(1, 16 * MiB),
     logLevel: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info', { flag: '--log-level', env: 'TM_CACHE_LOG_LEVEL' }),
   }),
   identity: section({
@@ -88,6 +90,11 @@ export const ConfigSchema = section({
       'empty (generated and shared through Redis), or at least 32 bytes as hex or base64 (e.g. `openssl rand -hex 32`)',
       '', { format: 'hmac-secret', secret: true, env: 'TM_CACHE_HMAC_SECRET' }),
     maxEntries: count(1, 100_000),
+    maxBytes: count(1, 16 * MiB),
+    refusedTtlMs: durationMs(0, 5_000),
+    refusedMaxBytes: count(1, 4 * MiB),
+    maxConcurrent: count(1, 16),
+    maxQueue: count(0, 256),
   }),
   access: section({ ttlMs: durationMs(1, 300_000) }),
   cache: section({

@@ -39,6 +39,8 @@ export interface ProxyCache extends ReadCache {
 export interface ProxyDeps {
   readonly cache: ProxyCache;
   readonly upstream: Upstream;
+  /** Where identity look-ups (GET /user) go: their own budget (UpstreamClient.withLane); else `upstream`. */
+  readonly identityUpstream?: Upstream | undefined;
   readonly logger: Logger;
   readonly hmacSecret: Buffer;
   readonly shared?: SharedStore | undefined;
@@ -46,12 +48,12 @@ export interface ProxyDeps {
   readonly now?: () => number;
   /** Called with every cacheable request's outcome (metrics). */
   readonly onOutcome?: (outcome: CacheOutcome, operation: string) => void;
+  /** Registers a gauge read at scrape time (metrics): the sizes of the pipeline's memos. */
+  readonly gauge?: (name: string, help: string, read: () => number) => void;
 }
 
 const EMPTY_QUERY = Object.freeze({});
 const WRITE_METHODS = new Set(['DELETE', 'PATCH', 'POST', 'PUT']);
-/** Distinct raw URLs whose routing and normalization are remembered. */
-const ROUTE_MEMO_ENTRIES = 10_000;
 
 export async function buildProxy(config: Config, deps: ProxyDeps): Promise<FastifyInstance> {
   const now = deps.now ?? Date.now;
@@ -102,8 +104,11 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     ttlMs: config.identity.ttlMs,
     accessTtlMs: config.access.ttlMs,
     maxEntries: config.identity.maxEntries,
+    maxBytes: config.identity.maxBytes,
+    refusedTtlMs: config.identity.refusedTtlMs,
+    refusedMaxBytes: config.identity.refusedMaxBytes,
     hmacSecret: deps.hmacSecret,
-    upstream: deps.upstream,
+    upstream: deps.identityUpstream ?? deps.upstream,
     coalescer: new Coalescer(),
     shared: deps.shared,
     now,
@@ -127,8 +132,10 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     now,
     onBackgroundError: (err, key) => deps.logger.warn({ err: err instanceof Error ? err.message : String(err), key }, 'background refresh failed'),
   });
+  const routes = new RouteMemo(config.server.routeMemoMaxBytes);
+  if (deps.gauge) gaugeMemos(deps.gauge, routes, identity);
   const options = {
-    routes: new RouteMemo(ROUTE_MEMO_ENTRIES),
+    routes,
     identity,
     readThrough,
     cache: deps.cache,
@@ -139,4 +146,14 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     onOutcome: deps.onOutcome,
   };
   return new Pipeline(options, forward);
+}
+
+/** The memos' sizes, so that their bounds can be watched (and tested) from outside. */
+function gaugeMemos(gauge: NonNullable<ProxyDeps['gauge']>, routes: RouteMemo, identity: IdentityResolver): void {
+  gauge('tm_cache_route_memo_entries', 'URL routings remembered.', () => routes.stats().entries);
+  gauge('tm_cache_route_memo_bytes', 'Estimated bytes of the URL routings remembered (bound: server.routeMemoMaxBytes).', () => routes.stats().bytes);
+  gauge('tm_cache_identity_memo_entries', 'Authorization headers remembered as received.', () => identity.stats().headers.entries);
+  gauge('tm_cache_identity_memo_bytes', 'Estimated bytes of the Authorization headers remembered (bound: identity.maxBytes).', () => identity.stats().headers.bytes);
+  gauge('tm_cache_identity_refused_entries', 'Refused tokens remembered (by HMAC).', () => identity.stats().refused.entries);
+  gauge('tm_cache_identity_refused_bytes', 'Estimated bytes of the refused tokens remembered (bound: identity.refusedMaxBytes).', () => identity.stats().refused.bytes);
 }

@@ -10,11 +10,18 @@
  * That memo lives only in this process's heap, bounded and expiring with `identity.ttlMs`, as the
  * request itself does. Everything that leaves the process (Redis, logs, metrics, cache keys) only
  * ever sees the HMAC-SHA256 of the credential.
+ *
+ * Bounds (hardening issue, items 5 and 6; identity-memo.ts): the header memo is bounded in bytes;
+ * a header seen for the first time is normalized once (scheme case, whitespace) and its HMAC finds
+ * the caller of any other spelling of the same token, so one token is one GET /user. A 401 is
+ * remembered by HMAC for `identity.refusedTtlMs`, so repeated junk tokens never reach upstream;
+ * the look-ups that do go through their own upstream lane (`identity.maxConcurrent`).
  */
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import type { Coalescer } from '../cache/coalesce.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
 import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { IdentityMemo, normalizeAuthorization, type IdentityMemoOptions } from './identity-memo.js';
 
 export interface Caller {
   readonly userId: number;
@@ -38,10 +45,9 @@ export interface SharedStore {
   setJson(namespace: string, key: string, value: unknown, ttlMs: number): Promise<void>;
 }
 
-export interface IdentityOptions {
+export interface IdentityOptions extends IdentityMemoOptions {
   readonly ttlMs: number;
   readonly accessTtlMs: number;
-  readonly maxEntries: number;
   readonly hmacSecret: Buffer;
   readonly upstream: Upstream;
   readonly coalescer: Coalescer<IdentityResult>;
@@ -54,9 +60,11 @@ interface SharedIdentity {
 }
 
 export class IdentityResolver {
-  private readonly memo = new Map<string, Caller>();
+  private readonly memo: IdentityMemo;
 
-  constructor(private readonly options: IdentityOptions) {}
+  constructor(private readonly options: IdentityOptions) {
+    this.memo = new IdentityMemo(options);
+  }
 
   /** The hit path: a verified caller for this header, or undefined. No allocation, no hashing. */
   peek(authorization: string, now: number): Caller | undefined {
@@ -71,7 +79,13 @@ export class IdentityResolver {
 
   /** Resolves through the shared store, then upstream; concurrent resolutions of one credential coalesce. */
   resolve(authorization: string): Promise<IdentityResult> {
-    const credentialId = hmacCredential(this.options.hmacSecret, authorization);
+    // The first sight of this spelling: parsed once, so every spelling of a token is one identity.
+    const credentialId = hmacCredential(this.options.hmacSecret, normalizeAuthorization(authorization));
+    const now = this.options.now();
+    const known = this.memo.adopt(authorization, credentialId, now);
+    if (known !== undefined) return Promise.resolve({ kind: 'caller', caller: known });
+    const refused = this.memo.refusal(credentialId, now);
+    if (refused !== undefined) return Promise.resolve({ kind: 'refused', response: refused });
     return this.options.coalescer.run(credentialId, () => this.lookup(authorization, credentialId)).promise;
   }
 
@@ -104,6 +118,10 @@ export class IdentityResolver {
     return this.memo.size;
   }
 
+  stats(): ReturnType<IdentityMemo['stats']> {
+    return this.memo.stats();
+  }
+
   private async lookup(authorization: string, credentialId: string): Promise<IdentityResult> {
     const shared = await this.options.shared?.getJson<SharedIdentity | null>('identity', credentialId);
     if (shared) return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId) };
@@ -117,7 +135,10 @@ export class IdentityResolver {
     }
     // An instance that fails is not a verdict on the credential: the caller may get stale answers.
     if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);
-    if (res.status === 401) this.forget(authorization);
+    if (res.status === 401) {
+      this.forget(authorization);
+      this.memo.refuse(credentialId, res, this.options.now());
+    }
     // 401, 403, 429, or anything unexpected from GET /user: the caller sees the instance's own answer.
     return { kind: 'refused', response: res };
   }
@@ -133,16 +154,8 @@ export class IdentityResolver {
       verifiedUntil: now + this.options.ttlMs,
       adminUntil: Math.max(previous?.userId === userId ? previous.adminUntil : 0, sharedAdminUntil ?? 0),
     };
-    this.memo.delete(authorization);
-    if (this.memo.size >= this.options.maxEntries) this.evictOldest();
     this.memo.set(authorization, caller);
     return caller;
-  }
-
-  private evictOldest(): void {
-    // Map iterates in insertion order and remember() re-inserts, so the first key is the oldest.
-    const oldest = this.memo.keys().next();
-    if (!oldest.done) this.memo.delete(oldest.value);
   }
 }
 

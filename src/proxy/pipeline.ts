@@ -13,6 +13,7 @@
  *
  * The common case (a URL and a caller seen before, a fresh entry in memory) runs synchronously
  * from start to end: three Map lookups and one write, no promise, no hashing, no I/O.
+ * Memos are filled only for recognized callers (a routing once its caller is known).
  * A failure of the pipeline itself costs that request its cache, never the process: a request
  * with nothing written yet is forwarded upstream uncached, one with a head sent is closed.
  */
@@ -72,16 +73,19 @@ export class Pipeline {
     const authorization = req.headers.authorization;
     if ((method !== 'GET' && method !== 'HEAD') || authorization === undefined) return this.forward(req, res);
     const url = req.url!;
-    const routes = this.#o.routes;
-    const route = routes.get(url) ?? routes.set(url, resolveRoute(url));
+    const memoized = this.#o.routes.get(url);
+    const route = memoized ?? resolveRoute(url);
     if (route.kind === 'passthrough') return this.forward(req, res);
     const t = this.#o.now();
     const caller = this.#o.identity.peek(authorization, t);
-    if (caller !== undefined) return this.#withCaller(req, res, route, caller, authorization, t);
-    this.#identify(req, res, route, authorization).catch((err: unknown) => this.#fail(req, res, err));
+    // A routing is remembered only once its caller is known (item 5): junk credentials fill nothing.
+    const unmemoized = memoized === undefined ? url : undefined;
+    if (caller !== undefined) return this.#withCaller(req, res, route, caller, authorization, t, unmemoized);
+    this.#identify(req, res, route, authorization, unmemoized).catch((err: unknown) => this.#fail(req, res, err));
   }
 
-  #withCaller(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, caller: Caller, authorization: string, t: number): void {
+  #withCaller(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, caller: Caller, authorization: string, t: number, unmemoized?: string): void {
+    if (unmemoized !== undefined) this.#o.routes.set(unmemoized, route);
     if (route.kind === 'invalid') {
       return this.#finish(req, res, localAnswer(route.error.status, route.error.toBody(), INVALID), 'invalid', caller.userId, undefined, t);
     }
@@ -100,13 +104,13 @@ export class Pipeline {
   }
 
   /** A caller not in the memo: resolved (shared store, else upstream), then the request goes on. */
-  async #identify(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, authorization: string): Promise<void> {
+  async #identify(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, authorization: string, unmemoized: string | undefined): Promise<void> {
     const identity = this.#o.identity;
     const operation = route.kind === 'cacheable' ? route.req.op.id : 'invalid';
     try {
       const result = await identity.resolve(authorization);
       const t = this.#o.now();
-      if (result.kind === 'caller') return this.#withCaller(req, res, route, result.caller, authorization, t);
+      if (result.kind === 'caller') return this.#withCaller(req, res, route, result.caller, authorization, t, unmemoized);
       const refused: Served = { kind: 'relay', response: result.response, outcome: { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status } };
       return this.#finish(req, res, refused, operation, undefined, undefined, t);
     } catch (err) {

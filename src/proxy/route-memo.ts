@@ -3,12 +3,16 @@
  *
  * Dashboards and CI agents repeat the same few URLs all day, so routing, validation,
  * normalization and the key suffix are computed once per distinct URL and the hit path pays a
- * single Map lookup. The memo is bounded; when full it starts over (a miss only costs a parse).
+ * single LRU lookup. Invariants (hardening issue, item 5): the memo is bounded in bytes
+ * (`server.routeMemoMaxBytes`; a URL pushed out only costs a parse), and the pipeline fills it
+ * only for a recognized caller, so requests without a credential, or with one the instance
+ * refuses, leave nothing behind however many distinct URLs they send.
  */
 import { matchRoute } from '../api/route.js';
 import { normalizeRequest, type CanonicalRequest } from '../api/normalize.js';
 import { ValidationError } from '../api/errors.js';
 import { makeKey, makeKeySuffix, type Scope } from '../cache/key.js';
+import { BoundedMemo, type MemoStats } from './bounded-memo.js';
 
 export type RouteInfo =
   /** Not one of the 19 catalogued operations: forwarded untouched. */
@@ -60,18 +64,34 @@ export function keyFor(info: CacheableRoute, scope: string): string {
 
 const MAX_KEYS_PER_ROUTE = 1_000;
 
-export class RouteMemo {
-  private readonly memo = new Map<string, RouteInfo>();
+/**
+ * What a memoized routing costs besides its strings: the LRU's slots, the RouteInfo and its
+ * canonical request objects, and a few scope keys. An estimate; the strings are counted apart.
+ */
+const ROUTE_ENTRY_OVERHEAD_BYTES = 1024;
 
-  constructor(private readonly maxEntries: number) {}
+/** The URL, and for a cacheable route the canonical query and key suffix held beside it. */
+function routeSizeBytes(info: RouteInfo, url: string): number {
+  const derived = info.kind === 'cacheable' ? info.req.query.length + info.suffix.length : 0;
+  return ROUTE_ENTRY_OVERHEAD_BYTES + url.length + derived;
+}
+
+export class RouteMemo {
+  readonly #memo: BoundedMemo<RouteInfo>;
+
+  constructor(maxBytes: number) {
+    this.#memo = new BoundedMemo(maxBytes, routeSizeBytes);
+  }
 
   get(url: string): RouteInfo | undefined {
-    return this.memo.get(url);
+    return this.#memo.get(url);
   }
 
   set(url: string, info: RouteInfo): RouteInfo {
-    if (this.memo.size >= this.maxEntries) this.memo.clear();
-    this.memo.set(url, info);
-    return info;
+    return this.#memo.set(url, info);
+  }
+
+  stats(): MemoStats {
+    return this.#memo.stats();
   }
 }

@@ -31,13 +31,16 @@ export function relayedHeaders(res: UpstreamResponse): Record<string, string> {
   return out;
 }
 
-/** 502 for a refused/reset connection or an upstream 5xx, 504 for a timeout, 503 for a full queue. */
+/**
+ * 502 for a refused/reset connection, an upstream 5xx or an answer above upstream.maxBodyBytes
+ * (its message says so itself), 504 for a timeout, 503 for a full queue.
+ */
 export function upstreamFailure(err: UpstreamError, upstreamStatus?: number): Served {
   return {
     kind: 'local',
     status: err.status,
     headers: {},
-    body: { message: `Upstream unavailable: ${err.message}.`, errors: {} },
+    body: { message: err.code === 'too-large' ? err.message : `Upstream unavailable: ${err.message}.`, errors: {} },
     outcome: { kind: 'error', detail: err.code, ...(upstreamStatus ? { upstreamStatus } : {}) },
   };
 }

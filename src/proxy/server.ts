@@ -43,10 +43,14 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
   const cache = new TieredCache({ tiers, ...(redis ? { bus: redis.bus } : {}) });
   const upstream = new UpstreamClient(config.upstream);
+  // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills (item 6).
+  const identityUpstream = upstream.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue });
   const metrics = createMetrics();
   const app = await buildProxy(config, {
     cache,
     upstream,
+    identityUpstream,
+    gauge: (name, help, read) => metrics.gauge(name, help, read),
     logger,
     hmacSecret: await resolveHmacSecret(config, redis, logger),
     shared: redis?.sharedStore,
@@ -58,6 +62,8 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   metrics.gauge('tm_cache_memory_bytes', 'Bytes held by the memory tier.', () => cache.memory.stats().bytes);
   metrics.gauge('tm_cache_upstream_active', 'Upstream requests in flight.', () => upstream.load.active);
   metrics.gauge('tm_cache_upstream_queued', 'Upstream requests waiting for a slot.', () => upstream.load.queued);
+  metrics.gauge('tm_cache_identity_upstream_active', 'Identity look-ups (GET /user) in flight.', () => identityUpstream.load.active);
+  metrics.gauge('tm_cache_identity_upstream_queued', 'Identity look-ups waiting for a slot.', () => identityUpstream.load.queued);
   if (redis) metrics.gauge('tm_cache_redis_errors_total', 'Redis errors, timeouts and disconnections.', () => redis.connection.stats().errors);
 
   const checks: ReadinessCheck[] = [];

@@ -9,6 +9,11 @@
  * and the HTTP status the proxy answers with: 504 for a timeout, 502 for a refused or reset
  * connection (RFC 9110 §15.6.5 and §15.6.3: the gateway's statuses), 503 when tm-cache's own
  * queue is full.
+ *
+ * Bounds (hardening issue, items 5 and 6): no answer is read past `upstream.maxBodyBytes`: one
+ * announced larger, or growing larger, is aborted (the connection closed) and becomes a 502
+ * `too-large`. Each lane (`withLane`) has its own concurrency and queue over the one pool, so
+ * identity look-ups for unknown tokens cannot take the slots of cache fills.
  */
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -23,7 +28,7 @@ export interface UpstreamResponse {
 /** What every upstream request asks for: JSON, as identity bytes the cache can store and encode itself. */
 export const UPSTREAM_HEADERS = { accept: 'application/json', 'accept-encoding': 'identity' } as const;
 
-export type UpstreamErrorCode = 'timeout' | 'connect' | 'reset' | 'queue-full' | 'closed';
+export type UpstreamErrorCode = 'timeout' | 'connect' | 'reset' | 'queue-full' | 'closed' | 'too-large';
 
 export class UpstreamError extends Error {
   readonly code: UpstreamErrorCode;
@@ -46,11 +51,56 @@ export interface Upstream {
   close(): Promise<void>;
 }
 
-export class UpstreamClient implements Upstream {
-  private readonly pool: Pool;
-  private readonly basePath: string;
+/** Limits of one lane: requests in flight at once, and how many may wait for a slot. */
+export interface LaneLimits {
+  readonly maxConcurrent: number;
+  readonly maxQueue: number;
+}
+
+/** An Upstream with its own budget over a shared pool (see UpstreamClient.withLane). */
+export interface UpstreamLane extends Upstream {
+  readonly load: { active: number; queued: number };
+}
+
+/** A bound on concurrent requests with a bounded queue; past the queue, `queue-full` at once. */
+class Lane {
   private active = 0;
   private readonly queue: Array<() => void> = [];
+
+  constructor(private readonly limits: LaneLimits) {}
+
+  get load(): { active: number; queued: number } {
+    return { active: this.active, queued: this.queue.length };
+  }
+
+  acquire(): Promise<void> {
+    if (this.active < this.limits.maxConcurrent) {
+      this.active++;
+      return Promise.resolve();
+    }
+    if (this.queue.length >= this.limits.maxQueue) {
+      return Promise.reject(new UpstreamError('queue-full', 'too many requests waiting for the upstream'));
+    }
+    return new Promise((resolve) => this.queue.push(() => (this.active++, resolve())));
+  }
+
+  release(): void {
+    this.active--;
+    const next = this.queue.shift();
+    if (next) next();
+  }
+
+  /** Lets every waiter go (on close: their dispatch then fails as `closed`). */
+  wakeAll(): void {
+    for (const wake of this.queue.splice(0)) wake();
+  }
+}
+
+export class UpstreamClient implements UpstreamLane {
+  private readonly pool: Pool;
+  private readonly basePath: string;
+  private readonly lane: Lane;
+  private readonly lanes: Lane[] = [];
 
   constructor(private readonly options: UpstreamOptions) {
     const url = new URL(options.url);
@@ -62,77 +112,95 @@ export class UpstreamClient implements Upstream {
       bodyTimeout: options.bodyTimeoutMs,
       keepAliveTimeout: 30_000,
     });
+    this.lane = this.addLane(options);
   }
 
-  /** Requests in flight upstream and waiting for a slot. */
+  /** Requests in flight upstream and waiting for a slot (this client's own lane). */
   get load(): { active: number; queued: number } {
-    return { active: this.active, queued: this.queue.length };
+    return this.lane.load;
   }
 
-  async get(path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
-    await this.acquire();
+  get(path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
+    return this.getIn(this.lane, path, headers);
+  }
+
+  /**
+   * Another budget over the same pool and settings. Closing the lane only releases its waiters;
+   * the pool closes with this client.
+   */
+  withLane(limits: LaneLimits): UpstreamLane {
+    const lane = this.addLane(limits);
+    return {
+      get: (path, headers) => this.getIn(lane, path, headers),
+      close: async () => lane.wakeAll(),
+      get load() {
+        return lane.load;
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    for (const lane of this.lanes) lane.wakeAll();
+    await this.pool.close();
+  }
+
+  private addLane(limits: LaneLimits): Lane {
+    const lane = new Lane({ maxConcurrent: limits.maxConcurrent, maxQueue: limits.maxQueue });
+    this.lanes.push(lane);
+    return lane;
+  }
+
+  private async getIn(lane: Lane, path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
+    await lane.acquire();
     try {
       return await new Promise<UpstreamResponse>((resolve, reject) => {
-        this.pool.dispatch({ path: this.basePath + path, method: 'GET', headers }, new BodyCollector(resolve, reject));
+        const collector = new BodyCollector(resolve, reject, this.options.maxBodyBytes);
+        this.pool.dispatch({ path: this.basePath + path, method: 'GET', headers }, collector);
       });
     } catch (err) {
       throw toUpstreamError(err);
     } finally {
-      this.release();
+      lane.release();
     }
-  }
-
-  async close(): Promise<void> {
-    for (const wake of this.queue.splice(0)) wake();
-    await this.pool.close();
-  }
-
-  private acquire(): Promise<void> {
-    if (this.active < this.options.maxConcurrent) {
-      this.active++;
-      return Promise.resolve();
-    }
-    if (this.queue.length >= this.options.maxQueue) {
-      return Promise.reject(new UpstreamError('queue-full', 'too many requests waiting for the upstream'));
-    }
-    return new Promise((resolve) => this.queue.push(() => (this.active++, resolve())));
-  }
-
-  private release(): void {
-    this.active--;
-    const next = this.queue.shift();
-    if (next) next();
   }
 }
 
 /**
  * Collects one response for `get`: a dispatch handler, not a stream. With a Content-Length the body
  * is copied once into a buffer of that size as chunks arrive (no stream, no async iteration per
- * chunk, no concatenation); without one, the chunks are joined at the end.
+ * chunk, no concatenation); without one, the chunks are joined at the end. Never more than
+ * `maxBytes`: a larger length announced, or received, aborts the request (item 5).
  */
 class BodyCollector implements Dispatcher.DispatchHandler {
   private status = 0;
   private headers: IncomingHttpHeaders = {};
   private body: Buffer | undefined;
   private filled = 0;
+  private received = 0;
+  private settled = false;
   private readonly chunks: Buffer[] = [];
 
   constructor(
     private readonly resolve: (res: UpstreamResponse) => void,
     private readonly reject: (err: unknown) => void,
+    private readonly maxBytes: number,
   ) {}
 
   /** Present so undici treats this as a handler of its current API (it checks for this method). */
   onRequestStart(): void {}
 
-  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[]>): void {
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[]>): void {
     this.status = statusCode;
     this.headers = headers as IncomingHttpHeaders;
     const length = Number(headers['content-length']);
+    if (Number.isSafeInteger(length) && length > this.maxBytes) return this.tooLarge(controller);
     if (Number.isSafeInteger(length) && length >= 0 && length <= MAX_PREALLOCATED_BYTES) this.body = Buffer.allocUnsafe(length);
   }
 
-  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.settled) return;
+    this.received += chunk.length;
+    if (this.received > this.maxBytes) return this.tooLarge(controller);
     if (this.body !== undefined && this.filled + chunk.length <= this.body.length) {
       chunk.copy(this.body, this.filled);
       this.filled += chunk.length;
@@ -142,6 +210,8 @@ class BodyCollector implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    if (this.settled) return;
+    this.settled = true;
     let body: Buffer;
     if (this.chunks.length === 0 && this.body !== undefined) body = this.body.subarray(0, this.filled);
     else body = Buffer.concat([...(this.body ? [this.body.subarray(0, this.filled)] : []), ...this.chunks]);
@@ -149,7 +219,19 @@ class BodyCollector implements Dispatcher.DispatchHandler {
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    if (this.settled) return;
+    this.settled = true;
     this.reject(err);
+  }
+
+  /** Drops what was read, closes the connection and fails the request as `too-large` (a 502). */
+  private tooLarge(controller: Dispatcher.DispatchController): void {
+    const err = new UpstreamError('too-large', `Upstream answer larger than upstream.maxBodyBytes (${this.maxBytes} bytes)`);
+    this.settled = true;
+    this.body = undefined;
+    this.chunks.length = 0;
+    this.reject(err);
+    controller.abort(err);
   }
 }
 

@@ -3,6 +3,7 @@
  *
  *   npm run bench                  # builds, then: tsx test/bench/run.ts
  *   BENCH_DURATION_S=5 npx tsx test/bench/run.ts   # shorter runs (dist/ must be built)
+ *   BENCH_ONLY=security npx tsx test/bench/run.ts  # only the named scenarios (comma-separated)
  *
  * Layout on a 2-core machine: every server under test alone on core 1 (`taskset -c 1`); wrk, the
  * emulator (upstream, medium scale, seed 42), redis-server and this runner on core 0. Every load
@@ -21,6 +22,7 @@ import { runEmulatorScenario } from './scenario-emulator.js';
 import { runHitScenario } from './scenario-hit.js';
 import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
 import { runRedisScenario } from './scenario-redis.js';
+import { runSecurityScenario } from './scenario-security.js';
 import { LOAD_CPU, ROOT, SERVER_CPU, startEmulator, startTmCache, type Emulator } from './servers.js';
 
 const envNumber = (name: string, fallback: number): number => {
@@ -35,6 +37,7 @@ const MISS_PAIRS = envNumber('BENCH_MISS_PAIRS', 300);
 const COALESCE_CONCURRENT = envNumber('BENCH_COALESCE', 1_000);
 const ROUNDS = envNumber('BENCH_ROUNDS', 4);
 const HIT_CONNECTIONS = 32;
+const ONLY = (process.env['BENCH_ONLY'] ?? '').split(',').filter((name) => name !== '');
 
 /** A member (not admin) token and a project of theirs with a full first page of runs. */
 async function choosePage(emulator: Emulator): Promise<Page> {
@@ -53,6 +56,7 @@ async function choosePage(emulator: Emulator): Promise<Page> {
 }
 
 async function scenario<T extends { checks: Check[] }>(name: string, ctx: { results: Record<string, unknown>; checks: Check[]; failures: string[]; keep: Proc[] }, fn: () => Promise<T>): Promise<T | undefined> {
+  if (ONLY.length > 0 && !ONLY.includes(name)) return undefined;
   const t0 = performance.now();
   console.log(`\n-- ${name} ...`);
   try {
@@ -111,6 +115,7 @@ async function main(): Promise<number> {
       console.log('redis-server not found: Redis scenario skipped (install: apt-get install redis-server)');
     }
     if (hasWrk) await scenario('emulator', ctx, () => runEmulatorScenario(dir, em, page, 4));
+    await scenario('security', ctx, () => runSecurityScenario(em, { token: page.token, path: page.path }));
   } catch (err) {
     failures.push('setup');
     console.error('bench setup failed:', err instanceof Error ? (err.stack ?? err.message) : err);

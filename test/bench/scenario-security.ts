@@ -1,0 +1,135 @@
+/**
+ * Scenario 6: memory under hostile traffic (hardening issue, item 5). Each part starts its own
+ * `tm-cache serve` (the built dist/, as the other scenarios) and reads its RSS from /proc before
+ * and after (VmRSS), and its peak (VmHWM):
+ *
+ *   (a) 9,900 GETs with random, unrecognized tokens to distinct 14 KB URLs; target: growth < 50 MB.
+ *   (b) one member token spelled 10,000 ways (scheme case, whitespace); target: 1 upstream GET /user.
+ *   (c) three concurrent 200 MB answers, chunked, from a small hostile upstream (node:http, here):
+ *       each cut off at upstream.maxBodyBytes and answered 502.
+ */
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { Pool } from 'undici';
+import { startHostileUpstream } from '../helpers/hostile-upstream.js';
+import { fmt, printTable, type Check } from './report.js';
+import { startTmCache, type Emulator, type Server } from './servers.js';
+
+const MB = 1_000_000;
+const USER_ROUTE = 'GET /api/v1/user';
+const CONCURRENCY = 32;
+
+/** Resident and peak resident bytes of a process (Linux /proc). */
+function memoryOf(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kB = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
+  return { rss: kB('VmRSS'), peak: kB('VmHWM') };
+}
+
+/** `count` requests, CONCURRENCY at a time; answers the tally of statuses. */
+async function drive(url: string, count: number, request: (i: number) => { path: string; authorization?: string }): Promise<Record<string, number>> {
+  const pool = new Pool(url, { connections: CONCURRENCY });
+  const statuses: Record<string, number> = {};
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < count) {
+      const { path, authorization } = request(next++);
+      let label: string;
+      try {
+        const res = await pool.request({ method: 'GET', path, headers: authorization === undefined ? {} : { authorization }, headersTimeout: 60_000, bodyTimeout: 60_000 });
+        await res.body.dump();
+        label = String(res.statusCode);
+      } catch (err) {
+        label = `error ${(err as { code?: string }).code ?? String(err).slice(0, 40)}`;
+      }
+      statuses[label] = (statuses[label] ?? 0) + 1;
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  } finally {
+    await pool.close();
+  }
+  return statuses;
+}
+
+export interface MemoryFigure {
+  readonly what: string;
+  readonly requests: number;
+  readonly rssBeforeMb: number;
+  readonly rssAfterMb: number;
+  readonly growthMb: number;
+  readonly peakGrowthMb: number;
+  readonly statuses: Record<string, number>;
+  readonly userLookups?: number;
+}
+
+/** Runs `load` against a fresh tm-cache in front of `upstream`; RSS growth and peak growth of that process. */
+async function measure(what: string, upstream: string, requests: number, load: (proxy: Server) => Promise<Record<string, number>>): Promise<MemoryFigure> {
+  const proxy = await startTmCache(upstream, { name: `tm-cache (${what})` });
+  try {
+    const before = memoryOf(proxy.proc.pid);
+    const statuses = await load(proxy);
+    const after = memoryOf(proxy.proc.pid);
+    return {
+      what,
+      requests,
+      rssBeforeMb: before.rss / MB,
+      rssAfterMb: after.rss / MB,
+      growthMb: (after.rss - before.rss) / MB,
+      peakGrowthMb: (after.peak - before.rss) / MB,
+      statuses,
+    };
+  } finally {
+    await proxy.proc.stop();
+  }
+}
+
+/** The i-th spelling of `Bearer <token>`: scheme case and whitespace vary (RFC 9110 §11.1). */
+function spelling(token: string, i: number): string {
+  const schemes = ['Bearer', 'bearer', 'BEARER', 'bEARER', 'BeArEr', 'beareR', 'BEarer', 'bearER'];
+  return `${schemes[i % schemes.length]}${' '.repeat(1 + Math.floor(i / schemes.length))}${token}`;
+}
+
+export interface SecurityScenario {
+  readonly figures: MemoryFigure[];
+  readonly checks: Check[];
+}
+
+export async function runSecurityScenario(emulator: Emulator, member: { token: string; path: string }, counts = { flood: 9_900, spellings: 10_000 }): Promise<SecurityScenario> {
+  const long = 'a'.repeat(14 * 1024);
+  const flood = await measure('a: unrecognized tokens, distinct 14 KB URLs', emulator.url, counts.flood, (proxy) =>
+    drive(proxy.url, counts.flood, (i) => ({ path: `/api/v1/projects/1/runs?x${i}=${long}`, authorization: `Bearer ${randomBytes(20).toString('hex')}` })),
+  );
+  await emulator.resetStats();
+  const spelled = await measure('b: one token spelled 10,000 ways', emulator.url, counts.spellings, (proxy) =>
+    drive(proxy.url, counts.spellings, (i) => ({ path: member.path, authorization: spelling(member.token, i) })),
+  );
+  const userLookups = (await emulator.stats()).by_route[USER_ROUTE] ?? 0;
+  const hostile = await startHostileUpstream(() => ({ bytes: 200 * 1024 * 1024, announce: false }));
+  let huge: MemoryFigure;
+  try {
+    huge = await measure('c: three concurrent 200 MB answers', hostile.url, 3, (proxy) =>
+      drive(proxy.url, 3, (i) => ({ path: `/api/v1/projects/${i + 1}/runs`, authorization: 'Bearer hostile' })),
+    );
+  } finally {
+    await hostile.close();
+  }
+  const figures = [flood, { ...spelled, userLookups }, huge];
+  printTable(
+    '6. Memory under hostile traffic: RSS of a fresh tm-cache process per line (MB)',
+    ['load', 'requests', 'RSS before', 'RSS after', 'growth', 'peak growth', 'GET /user', 'answers'],
+    figures.map((f) => [f.what, f.requests, fmt(f.rssBeforeMb, 0), fmt(f.rssAfterMb, 0), fmt(f.growthMb, 1), fmt(f.peakGrowthMb, 1), f.userLookups ?? '—', JSON.stringify(f.statuses)]),
+    ['peak growth: VmHWM after the load minus VmRSS before it. (c) is bounded by 3 × upstream.maxBodyBytes (32 MiB) read before each cut-off.'],
+  );
+  return {
+    figures,
+    checks: [
+      { name: 'security: RSS growth, unrecognized-token flood (a)', value: flood.growthMb, unit: 'MB', target: '< 50 MB', pass: flood.growthMb < 50 },
+      { name: 'security: upstream GET /user, one token 10,000 ways (b)', value: userLookups, unit: '', target: '= 1', pass: userLookups === 1 },
+      { name: 'security: RSS growth, one token 10,000 ways (b)', value: spelled.growthMb, unit: 'MB', target: 'info', pass: undefined },
+      { name: 'security: peak RSS growth, 3 × 200 MB answers (c)', value: huge.peakGrowthMb, unit: 'MB', target: 'info', pass: undefined },
+      { name: 'security: 502 answers to 3 × 200 MB (c)', value: huge.statuses['502'] ?? 0, unit: '', target: '= 3', pass: huge.statuses['502'] === 3 },
+    ],
+  };
+}
