@@ -72,6 +72,7 @@ export const ConfigSchema = section({
     maxConcurrent: count(1, 64),
     maxQueue: count(0, 1_024),
     defaultRetryAfterMs: durationMs(1, 60_000),
+    maxRetryAfterMs: durationMs(1, 600_000),
   }),
   server: section({
     host: host('127.0.0.1', { flag: '--host', env: 'TM_CACHE_HOST' }),

@@ -98,6 +98,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
 
 /** The parts of the pipeline, wired: identity, access rules, the read-through and the route memo. */
 function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, now: () => number, forward: Handler): Pipeline {
+  const gate = new RetryAfterGate(config.upstream.defaultRetryAfterMs, config.upstream.maxRetryAfterMs);
   const identity = new IdentityResolver({
     ttlMs: config.identity.ttlMs,
     accessTtlMs: config.access.ttlMs,
@@ -106,6 +107,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     upstream: deps.upstream,
     coalescer: new Coalescer(),
     shared: deps.shared,
+    retryAfter: gate,
     now,
   });
   const access = new AccessRules({
@@ -119,7 +121,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     upstream: deps.upstream,
     policy,
     access,
-    gate: new RetryAfterGate(config.upstream.defaultRetryAfterMs),
+    gate,
     lock: deps.lock,
     lockTtlMs: config.cache.redis.lockTtlMs,
     lockWaitMs: config.cache.redis.lockWaitMs,
