@@ -4,14 +4,13 @@
  *   every request ──▶ pipeline.ts (before fastify) ── GET/HEAD of a catalogued operation with a credential
  *        │                 route memo → caller → decide → read-through → writer → record
  *        ▼ anything else (other paths and methods, no credential, unknown parameters)
- *   fastify + @fastify/http-proxy: forwarded untouched, never cached; a successful write drops
- *   the tags its path names, on every replica.
+ *   fastify + @fastify/http-proxy (passthrough.ts): forwarded untouched, never cached, within the
+ *   upstream timeouts; a successful write drops the tags its path names, on every replica.
  *
  * Fastify sees only what the cache does not answer, so no fastify hook may carry a feature of
  * cached requests: such features belong to the pipeline, which every cached request crosses.
  */
 import fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import httpProxy from '@fastify/http-proxy';
 import { createServer } from 'node:http';
 import type { Logger } from 'pino';
 import type { CacheEntry } from '../cache/entry.js';
@@ -23,6 +22,7 @@ import type { Upstream } from '../upstream/client.js';
 import { AccessRules } from './access.js';
 import { Coalescer } from '../cache/coalesce.js';
 import { IdentityResolver, type SharedStore } from './identity.js';
+import { passthroughRequestLogger, registerPassthrough } from './passthrough.js';
 import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache } from './read-through.js';
 import { RetryAfterGate } from './retry-after.js';
@@ -57,6 +57,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   const now = deps.now ?? Date.now;
   const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs);
   let closing = false;
+  const requestLogger = passthroughRequestLogger(deps.logger) as FastifyBaseLogger;
   const app = fastify({
     serverFactory: (handler) => {
       const pipeline = makePipeline(config, deps, policy, now, handler);
@@ -64,9 +65,9 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
       return createServer((req, res) => (closing ? handler(req, res) : pipeline.handle(req, res)));
     },
     loggerInstance: deps.logger as FastifyBaseLogger,
-    // Passthrough requests are logged by nothing per request: the pipeline logs cached ones.
+    // Fastify logs nothing per request: the pipeline logs cached ones, passthrough.ts the others.
     logController: new LogController({ disableRequestLogging: true }),
-    childLoggerFactory: (logger) => logger,
+    childLoggerFactory: () => requestLogger,
     // Forwarded requests keep their query string as it is; nothing here parses it.
     routerOptions: { querystringParser: () => EMPTY_QUERY, ignoreTrailingSlash: true },
     return503OnClosing: true,
@@ -80,14 +81,11 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     if (tags.length > 0) deps.logger.debug({ tags }, 'invalidated after write');
   }
 
-  await app.register(httpProxy, {
-    upstream: config.upstream.url,
-    prefix: '/',
-    replyOptions: {
-      onResponse: (request, reply, res) => {
-        if (WRITE_METHODS.has(request.method) && res.statusCode >= 200 && res.statusCode < 300) void invalidateForWrite(request.url);
-        void reply.send(res.stream);
-      },
+  await registerPassthrough(app, config.upstream, {
+    logger: deps.logger,
+    now,
+    onAnswer: (request, status) => {
+      if (WRITE_METHODS.has(request.method) && status >= 200 && status < 300) void invalidateForWrite(request.url);
     },
   });
   app.addHook('onClose', async () => {
