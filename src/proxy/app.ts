@@ -4,6 +4,8 @@
  *   every request ──▶ pipeline.ts (before fastify) ── GET/HEAD of a catalogued operation with a credential
  *        │                 route memo → caller → decide → read-through → writer → record
  *        ▼ anything else (other paths and methods, no credential, unknown parameters)
+ *   forwarding.ts: a path outside `upstream.forwardPrefixes` ─▶ 404 here
+ *        ▼
  *   fastify + @fastify/http-proxy (passthrough.ts): forwarded untouched, never cached, within the
  *   upstream timeouts; a successful write drops the tags its path names, on every replica.
  *
@@ -22,6 +24,7 @@ import type { Upstream } from '../upstream/client.js';
 import { AccessRules } from './access.js';
 import { Coalescer } from '../cache/coalesce.js';
 import { IdentityResolver, type SharedStore } from './identity.js';
+import { forwardOnly } from './forwarding.js';
 import { passthroughRequestLogger, registerPassthrough } from './passthrough.js';
 import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache } from './read-through.js';
@@ -60,7 +63,8 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   const requestLogger = passthroughRequestLogger(deps.logger) as FastifyBaseLogger;
   const app = fastify({
     serverFactory: (handler) => {
-      const pipeline = makePipeline(config, deps, policy, now, handler);
+      const forward = forwardOnly(config.upstream.forwardPrefixes, handler, deps.logger);
+      const pipeline = makePipeline(config, deps, policy, now, forward);
       // While closing, fastify answers everything (503 for new requests: return503OnClosing).
       return createServer((req, res) => (closing ? handler(req, res) : pipeline.handle(req, res)));
     },
