@@ -5,7 +5,8 @@
  *
  * - the `upstream.*` connect, headers and body timeouts bound it (not node's 300 s request timeout);
  * - a failure is the same JSON 502/504 as a failed fill (served.ts upstreamFailureBody), naming
- *   what failed and never where (no upstream address reaches a client);
+ *   what failed and never where (no upstream address reaches a client); a request refused before
+ *   it is sent gets the same `{"message", "errors"}` body;
  * - tm-cache never retries on a client's behalf (a write is not idempotent; @fastify/reply-from
  *   would otherwise retry a GET on 503 up to ten times, waiting what its Retry-After says);
  * - a Retry-After relayed promises no more than `upstream.maxRetryAfterMs` (RFC 9110 §10.2.3);
@@ -13,7 +14,7 @@
  * - one debug line per request (method, path without query, status, upstream ms), never the
  *   Authorization; reply-from's own two info lines and its warning per failure are silenced.
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import httpProxy from '@fastify/http-proxy';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
@@ -34,12 +35,12 @@ export interface Forwarded {
   readonly url: string;
 }
 
+type LogLine = (request: Forwarded, reply: { readonly elapsedTime: number }, status: number, error?: string) => void;
+
 export async function registerPassthrough(app: FastifyInstance, upstream: Config['upstream'], o: PassthroughOptions): Promise<void> {
-  const logLine = (request: Forwarded, reply: { readonly elapsedTime: number }, status: number, error?: string) => {
-    if (!o.logger.isLevelEnabled('debug')) return;
-    const upstreamMs = Math.round(reply.elapsedTime);
-    o.logger.debug({ method: request.method, path: pathOf(request.url), status, upstreamMs, ...(error ? { error } : {}) }, 'passthrough');
-  };
+  const logLine = makeLogLine(o.logger);
+  // Set before the proxy's routes are registered, so that their context inherits it.
+  app.setErrorHandler(answerRefusal(logLine));
   await app.register(httpProxy, {
     upstream: upstream.url,
     prefix: '/',
@@ -65,10 +66,34 @@ export async function registerPassthrough(app: FastifyInstance, upstream: Config
       onError: (reply, { error }) => {
         const failure = toUpstreamError((error as { cause?: unknown }).cause ?? error);
         logLine(reply.request, reply, failure.status, failure.code);
-        void reply.code(failure.status).type('application/json; charset=utf-8').send(upstreamFailureBody(failure));
+        void reply.code(failure.status).type(JSON_TYPE).send(upstreamFailureBody(failure));
       },
     },
   });
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+/** One debug line per forwarded request; the path without its query, no header at all. */
+function makeLogLine(logger: Logger): LogLine {
+  return (request, reply, status, error) => {
+    if (!logger.isLevelEnabled('debug')) return;
+    const upstreamMs = Math.round(reply.elapsedTime);
+    logger.debug({ method: request.method, path: pathOf(request.url), status, upstreamMs, ...(error ? { error } : {}) }, 'passthrough');
+  };
+}
+
+/**
+ * What fastify or reply-from refuse before the upstream is asked (a request target reply-from
+ * will not build, a body it cannot read): the house error body, never fastify's shape nor a 500.
+ */
+function answerRefusal(logLine: LogLine) {
+  return (error: { statusCode?: number; message: string }, request: FastifyRequest, reply: FastifyReply) => {
+    const status = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 502;
+    const body = status === 502 ? upstreamFailureBody(toUpstreamError(error)) : { message: `The request was refused: ${error.message}.`, errors: {} };
+    logLine(request, reply, status, 'refused');
+    void reply.code(status).type(JSON_TYPE).send(body);
+  };
 }
 
 /**

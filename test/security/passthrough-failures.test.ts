@@ -4,6 +4,8 @@
  * JSON 502/504 within the configured timeouts, naming no internal address; tm-cache never
  * retries on the client's behalf; and each forwarded request is one debug log line.
  */
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { request } from 'undici';
@@ -13,6 +15,7 @@ import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { startHostileUpstream, type HostileUpstream } from '../helpers/hostile.js';
 import { findFreePort } from '../helpers/ports.js';
 import { makeConfig, startTestProxy, type TestProxy } from '../helpers/proxy.js';
+import { sendRaw } from '../helpers/raw-request.js';
 
 const TIMEOUTS = { connectTimeoutMs: 300, headersTimeoutMs: 300, bodyTimeoutMs: 300 };
 
@@ -78,6 +81,75 @@ describe('a hostile upstream', () => {
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toBe('600'); // upstream.maxRetryAfterMs, 10 minutes by default
     expect(upstream.seen.slice(before)).toEqual(['GET /api/v1/projects/1/cases']);
+  });
+});
+
+/**
+ * A self-signed certificate for 127.0.0.1, made for this test alone (`openssl req -x509 -newkey
+ * ec ... -days 36500`): no client trusts it, which is the point.
+ */
+const UNTRUSTED_TLS = {
+  key: `-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgTAa5Me7ZYl5iTBjZ
+sQy/gSUxCUbucv3JAZTVYOiX+iShRANCAAS5e/GmMH3Z4bOGgq3zJkSI6aSDgJr0
+YJ1vDnjXznDXKhmhb7R2xaKayh24NmmeK9b1nPxB1dZYtOQWOAlojs82
+-----END PRIVATE KEY-----`,
+  cert: `-----BEGIN CERTIFICATE-----
+MIIBkTCCATagAwIBAgIUbEesqzBcaLSBaTWXcxSnmeVkr1YwCgYIKoZIzj0EAwIw
+FDESMBAGA1UEAwwJMTI3LjAuMC4xMCAXDTI2MTEyMzE1NDI0MloYDzIxMjYxMDMw
+MTU0MjQyWjAUMRIwEAYDVQQDDAkxMjcuMC4wLjEwWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAAS5e/GmMH3Z4bOGgq3zJkSI6aSDgJr0YJ1vDnjXznDXKhmhb7R2xaKa
+yh24NmmeK9b1nPxB1dZYtOQWOAlojs82o2QwYjAdBgNVHQ4EFgQUOvrPedWCO0AF
+5+27lGA3hDqz688wHwYDVR0jBBgwFoAUOvrPedWCO0AF5+27lGA3hDqz688wDwYD
+VR0TAQH/BAUwAwEB/zAPBgNVHREECDAGhwR/AAABMAoGCCqGSM49BAMCA0kAMEYC
+IQDhTQnJlplEZeiYdWf1mZ1HUmhYPSydnxeui4cDR0qNrgIhAMj/l2dITDyx6HUB
+A6iS4/wh6UkwJNu0egk7TAyETX0u
+-----END CERTIFICATE-----`,
+};
+
+describe('an https upstream whose certificate is not trusted', () => {
+  const seen: string[] = [];
+  const server = createHttpsServer(UNTRUSTED_TLS, (req, res) => {
+    seen.push(`${req.method} ${req.url} ${req.headers.authorization ?? ''}`);
+    res.writeHead(204).end();
+  });
+  let proxy: TestProxy;
+  beforeAll(async () => {
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    proxy = await startTestProxy(`https://127.0.0.1:${(server.address() as AddressInfo).port}`, { upstream: TIMEOUTS });
+  });
+  afterAll(async () => {
+    await proxy?.close();
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  it('never receives a forwarded write, nor the credential it carries: 502', async () => {
+    const res = await patch(proxy.url);
+    expect(res.status).toBe(502);
+    expect(JSON.parse(res.text)).toEqual({ message: expect.stringMatching(/^Upstream unavailable: /), errors: {} });
+    expect(seen).toEqual([]);
+  });
+});
+
+describe('a request target the passthrough will not send', () => {
+  let upstream: HostileUpstream;
+  let proxy: TestProxy;
+  beforeAll(async () => {
+    upstream = await startHostileUpstream();
+    proxy = await startTestProxy(upstream.url, { upstream: TIMEOUTS });
+  });
+  afterAll(async () => {
+    await proxy?.close();
+    await upstream?.close();
+  });
+
+  it('is refused with the house JSON error body, and never reaches the upstream', async () => {
+    // Inside /api/ (no whole `..` segment), but reply-from refuses any `/..` in a path.
+    const res = await sendRaw(proxy.url, '/api/v1/projects/1/..cases');
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.text)).toEqual({ message: expect.stringContaining('refused'), errors: {} });
+    expect(upstream.seen).toEqual([]);
   });
 });
 
