@@ -73,6 +73,8 @@ export const ConfigSchema = section({
     maxQueue: count(0, 1_024),
     defaultRetryAfterMs: durationMs(1, 60_000),
     maxBodyBytes: count(1, 32 * MiB),
+    maxRetryAfterMs: durationMs(1, 600_000),
+    forwardPrefixes: Type.Array(Type.String({ pattern: '^/[^?#\\s]*$' }), { allowed: 'a list of path prefixes, each starting with /, e.g. [/api/]', default: ['/api/'] }),
   }),
   server: section({
     host: host('127.0.0.1', { flag: '--host', env: 'TM_CACHE_HOST' }),

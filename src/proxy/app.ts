@@ -4,14 +4,15 @@
  *   every request ──▶ pipeline.ts (before fastify) ── GET/HEAD of a catalogued operation with a credential
  *        │                 route memo → caller → decide → read-through → writer → record
  *        ▼ anything else (other paths and methods, no credential, unknown parameters)
- *   fastify + @fastify/http-proxy: forwarded untouched, never cached; a successful write drops
- *   the tags its path names, on every replica.
+ *   forwarding.ts: a path outside `upstream.forwardPrefixes` ─▶ 404 here
+ *        ▼
+ *   fastify + @fastify/http-proxy (passthrough.ts): forwarded untouched, never cached, within the
+ *   upstream timeouts; a successful write drops the tags its path names, on every replica.
  *
  * Fastify sees only what the cache does not answer, so no fastify hook may carry a feature of
  * cached requests: such features belong to the pipeline, which every cached request crosses.
  */
 import fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import httpProxy from '@fastify/http-proxy';
 import { createServer } from 'node:http';
 import type { Logger } from 'pino';
 import type { CacheEntry } from '../cache/entry.js';
@@ -23,6 +24,8 @@ import type { Upstream } from '../upstream/client.js';
 import { AccessRules } from './access.js';
 import { Coalescer } from '../cache/coalesce.js';
 import { IdentityResolver, type SharedStore } from './identity.js';
+import { forwardOnly } from './forwarding.js';
+import { passthroughRequestLogger, registerPassthrough } from './passthrough.js';
 import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache } from './read-through.js';
 import { RetryAfterGate } from './retry-after.js';
@@ -59,16 +62,18 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   const now = deps.now ?? Date.now;
   const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs);
   let closing = false;
+  const requestLogger = passthroughRequestLogger(deps.logger) as FastifyBaseLogger;
   const app = fastify({
     serverFactory: (handler) => {
-      const pipeline = makePipeline(config, deps, policy, now, handler);
+      const forward = forwardOnly(config.upstream.forwardPrefixes, handler, deps.logger);
+      const pipeline = makePipeline(config, deps, policy, now, forward);
       // While closing, fastify answers everything (503 for new requests: return503OnClosing).
       return createServer((req, res) => (closing ? handler(req, res) : pipeline.handle(req, res)));
     },
     loggerInstance: deps.logger as FastifyBaseLogger,
-    // Passthrough requests are logged by nothing per request: the pipeline logs cached ones.
+    // Fastify logs nothing per request: the pipeline logs cached ones, passthrough.ts the others.
     logController: new LogController({ disableRequestLogging: true }),
-    childLoggerFactory: (logger) => logger,
+    childLoggerFactory: () => requestLogger,
     // Forwarded requests keep their query string as it is; nothing here parses it.
     routerOptions: { querystringParser: () => EMPTY_QUERY, ignoreTrailingSlash: true },
     return503OnClosing: true,
@@ -82,14 +87,11 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
     if (tags.length > 0) deps.logger.debug({ tags }, 'invalidated after write');
   }
 
-  await app.register(httpProxy, {
-    upstream: config.upstream.url,
-    prefix: '/',
-    replyOptions: {
-      onResponse: (request, reply, res) => {
-        if (WRITE_METHODS.has(request.method) && res.statusCode >= 200 && res.statusCode < 300) void invalidateForWrite(request.url);
-        void reply.send(res.stream);
-      },
+  await registerPassthrough(app, config.upstream, {
+    logger: deps.logger,
+    now,
+    onAnswer: (request, status) => {
+      if (WRITE_METHODS.has(request.method) && status >= 200 && status < 300) void invalidateForWrite(request.url);
     },
   });
   app.addHook('onClose', async () => {
@@ -100,6 +102,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
 
 /** The parts of the pipeline, wired: identity, access rules, the read-through and the route memo. */
 function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, now: () => number, forward: Handler): Pipeline {
+  const gate = new RetryAfterGate(config.upstream.defaultRetryAfterMs, config.upstream.maxRetryAfterMs);
   const identity = new IdentityResolver({
     ttlMs: config.identity.ttlMs,
     accessTtlMs: config.access.ttlMs,
@@ -111,6 +114,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     upstream: deps.identityUpstream ?? deps.upstream,
     coalescer: new Coalescer(),
     shared: deps.shared,
+    retryAfter: gate,
     now,
   });
   const access = new AccessRules({
@@ -124,7 +128,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     upstream: deps.upstream,
     policy,
     access,
-    gate: new RetryAfterGate(config.upstream.defaultRetryAfterMs),
+    gate,
     lock: deps.lock,
     lockTtlMs: config.cache.redis.lockTtlMs,
     lockWaitMs: config.cache.redis.lockWaitMs,

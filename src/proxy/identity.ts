@@ -22,6 +22,8 @@ import type { Coalescer } from '../cache/coalesce.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
 import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import { IdentityMemo, normalizeAuthorization, type IdentityMemoOptions } from './identity-memo.js';
+import type { RetryAfterGate } from './retry-after.js';
+import { describeAnswer, isApiAnswer } from './storable.js';
 
 export interface Caller {
   readonly userId: number;
@@ -52,6 +54,8 @@ export interface IdentityOptions extends IdentityMemoOptions {
   readonly upstream: Upstream;
   readonly coalescer: Coalescer<IdentityResult>;
   readonly shared?: SharedStore | undefined;
+  /** Bounds the Retry-After of a relayed refusal (`upstream.maxRetryAfterMs`). */
+  readonly retryAfter: Pick<RetryAfterGate, 'bounded'>;
   readonly now: () => number;
 }
 
@@ -127,6 +131,10 @@ export class IdentityResolver {
     if (shared) return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId) };
 
     const res = await this.options.upstream.get('/api/v1/user', { authorization, ...UPSTREAM_HEADERS });
+    // Only the API's own answer is a verdict: an SSO page (HTML 200) is no caller, whatever it holds.
+    if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
+      throw new UpstreamError('bad-answer', `the upstream answered GET /user with ${describeAnswer(res)}, not JSON`);
+    }
     if (res.status === 200) {
       const userId = parseUserId(decodedBody(res));
       if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
@@ -139,8 +147,9 @@ export class IdentityResolver {
       this.forget(authorization);
       this.memo.refuse(credentialId, res, this.options.now());
     }
-    // 401, 403, 429, or anything unexpected from GET /user: the caller sees the instance's own answer.
-    return { kind: 'refused', response: res };
+    // 401, 403, 429, a redirect, or anything unexpected from GET /user: the caller sees the
+    // instance's own answer, its Retry-After within the cap.
+    return { kind: 'refused', response: this.options.retryAfter.bounded(res, this.options.now()) };
   }
 
   private async remember(authorization: string, credentialId: string, userId: number): Promise<Caller> {

@@ -7,9 +7,11 @@
  *   caller rate-limited? (retry-after.ts) ─▶ stale if usable, else 429 with the remaining wait
  *        ▼
  *   fill (fill.ts: coalesced per key, and across replicas through a short lock)
- *        ├ 200 ─▶ stored (storable.ts), answered
+ *        ├ JSON 200 ─▶ stored (storable.ts), answered
+ *        ├ 429 ─▶ the caller is gated; stale, else relayed with a Retry-After within the cap
+ *        ├ 3xx ─▶ relayed whole, Location included, never stored (RFC 9110 §15.4)
  *        ├ 401/403/4xx ─▶ relayed verbatim, never stored; access rules applied (access.ts)
- *        └ 5xx, timeout, refused ─▶ stale within stale-if-error, else 502/504 JSON
+ *        └ 5xx, not JSON, timeout, refused ─▶ stale within stale-if-error, else 502/504 JSON
  *
  * `serve` answers synchronously whenever the first tier does (a fresh memory hit: no promise,
  * no I/O), asynchronously otherwise; one lookup path takes either (undici's cache interceptor
@@ -26,7 +28,7 @@ import type { AccessRules, AnsweredRequest } from './access.js';
 import type { Decision } from './decide.js';
 import type { RetryAfterGate } from './retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './served.js';
-import { isStorable, makeEntry } from './storable.js';
+import { describeAnswer, isApiAnswer, isStorable, makeEntry } from './storable.js';
 
 /** An entry held for a key and the tier it came from. */
 export interface Found {
@@ -139,7 +141,8 @@ export class ReadThrough {
       fetch: async (): Promise<Fetched<Unstored>> => {
         const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);
         const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS });
-        access.afterFill(answered, res.status);
+        // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
+        if (isApiAnswer(res)) access.afterFill(answered, res.status);
         if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };
         return { kind: 'entry', entry: makeEntry(d.req, res, this.o.policy, this.o.now()) };
       },
@@ -152,16 +155,24 @@ export class ReadThrough {
     if (status === 429) {
       const waitMs = this.o.gate.block(d.caller.userId, res.headers['retry-after'], now);
       if (stale) return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'rate-limited', upstreamStatus: 429 } };
-      const response = res.headers['retry-after'] === undefined ? withHeader(res, 'retry-after', String(Math.ceil(waitMs / 1000))) : res;
+      const response = res.headers['retry-after'] === undefined ? withHeader(res, 'retry-after', String(Math.ceil(waitMs / 1000))) : this.o.gate.bounded(res, now);
       return { kind: 'relay', response, outcome: { kind, upstreamStatus: 429 } };
     }
-    if (status >= 500) {
+    const failure = failureOf(res);
+    if (failure !== undefined) {
       if (stale) return staleOnError(stale, status);
-      return upstreamFailure(new UpstreamError('reset', `the upstream answered ${status}`), status);
+      return upstreamFailure(failure, status);
     }
     this.o.access.afterRefusal(answeredRequest(d), status);
-    return { kind: 'relay', response: res, outcome: { kind, upstreamStatus: status } };
+    return { kind: 'relay', response: this.o.gate.bounded(res, now), outcome: { kind, upstreamStatus: status } };
   }
+}
+
+/** An answer that is the upstream failing, not a verdict on the request: a 5xx, or not the API's kind of answer. */
+function failureOf(res: UpstreamResponse): UpstreamError | undefined {
+  if (res.status >= 500) return new UpstreamError('reset', `the upstream answered ${res.status}`);
+  if (!isApiAnswer(res)) return new UpstreamError('bad-answer', `the upstream answered ${describeAnswer(res)}, not JSON`);
+  return undefined;
 }
 
 function answeredRequest(d: Decision): AnsweredRequest {

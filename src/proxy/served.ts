@@ -19,8 +19,11 @@ export type Served =
       readonly outcome: CacheOutcome;
     };
 
-/** Headers of a relayed upstream answer worth keeping; Set-Cookie and hop-by-hop never are. */
-const RELAYED_HEADERS = ['content-type', 'content-encoding', 'www-authenticate', 'retry-after', 'cache-control'] as const;
+/**
+ * Headers of a relayed upstream answer worth keeping; Set-Cookie and hop-by-hop never are.
+ * Location: a redirect is relayed whole, or it is no redirect at all (RFC 9110 §15.4, §10.2.2).
+ */
+const RELAYED_HEADERS = ['content-type', 'content-encoding', 'www-authenticate', 'retry-after', 'cache-control', 'location'] as const;
 
 export function relayedHeaders(res: UpstreamResponse): Record<string, string> {
   const out: Record<string, string> = {};
@@ -40,9 +43,15 @@ export function upstreamFailure(err: UpstreamError, upstreamStatus?: number): Se
     kind: 'local',
     status: err.status,
     headers: {},
-    body: { message: err.code === 'too-large' ? err.message : `Upstream unavailable: ${err.message}.`, errors: {} },
+    body: upstreamFailureBody(err),
     outcome: { kind: 'error', detail: err.code, ...(upstreamStatus ? { upstreamStatus } : {}) },
   };
+}
+
+/** The body of every upstream failure, cached path and passthrough alike: what failed, never where. */
+export function upstreamFailureBody(err: UpstreamError): ErrorBody {
+  // An answer cut off for its size is not an unavailable upstream: the message says what happened.
+  return { message: err.code === 'too-large' ? err.message : `Upstream unavailable: ${err.message}.`, errors: {} };
 }
 
 /** An answer made here, with the project's error body. */

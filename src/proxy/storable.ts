@@ -2,8 +2,12 @@
  * What of an upstream answer is stored, and in which form. Policy, not mechanism: the fill
  * (fill.ts) stores whatever this returns and relays everything else.
  *
- * Stored: a 200 in identity coding. An answer encoded despite `accept-encoding: identity` is
+ * Stored: a JSON 200 in identity coding. An answer encoded despite `accept-encoding: identity` is
  * relayed as it is, never stored: entries hold identity bytes (their gzip variant is made here).
+ *
+ * The Read API answers JSON, so an answer that is not JSON is not the API speaking (an SSO login
+ * page in front of the instance, a captive portal): it is never stored nor taken as a verdict on
+ * the caller, and the read-through answers 502 naming what came back (`describeAnswer`).
  */
 import { createHash } from 'node:crypto';
 import type { CanonicalRequest } from '../api/normalize.js';
@@ -12,9 +16,34 @@ import type { FreshnessPolicy } from '../cache/policy.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 
 export function isStorable(res: UpstreamResponse): boolean {
-  if (res.status !== 200) return false;
+  if (res.status !== 200 || !isJsonAnswer(res)) return false;
   const coding = res.headers['content-encoding'];
   return coding === undefined || coding === 'identity';
+}
+
+/**
+ * Is this the API's kind of answer? JSON by its Content-Type (`application/json` or a `+json`
+ * type, RFC 6839 §3.1), or a redirect, which is relayed whole (RFC 9110 §15.4) whatever its body.
+ * A 304/204 never reaches here: fills are unconditional GETs of documents.
+ */
+export function isApiAnswer(res: UpstreamResponse): boolean {
+  return (res.status >= 300 && res.status < 400) || isJsonAnswer(res);
+}
+
+function isJsonAnswer(res: UpstreamResponse): boolean {
+  const type = mediaTypeOf(res.headers['content-type']);
+  return type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json'));
+}
+
+/** What came back, for a message: `200 text/html`. The media type only, cut short: it is the upstream's text. */
+export function describeAnswer(res: UpstreamResponse): string {
+  const type = mediaTypeOf(res.headers['content-type']);
+  return `${res.status} ${type === '' ? 'without a Content-Type' : type.replace(/[^\w.+/-]/g, '').slice(0, 80)}`;
+}
+
+function mediaTypeOf(contentType: string | string[] | undefined): string {
+  const value = Array.isArray(contentType) ? contentType[0] : contentType;
+  return value === undefined ? '' : value.split(';', 1)[0]!.trim().toLowerCase();
 }
 
 /** The entry for a storable answer: freshness and tags from the policy, a strong ETag of the body. */

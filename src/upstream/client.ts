@@ -28,7 +28,8 @@ export interface UpstreamResponse {
 /** What every upstream request asks for: JSON, as identity bytes the cache can store and encode itself. */
 export const UPSTREAM_HEADERS = { accept: 'application/json', 'accept-encoding': 'identity' } as const;
 
-export type UpstreamErrorCode = 'timeout' | 'connect' | 'reset' | 'queue-full' | 'closed' | 'too-large';
+/** `bad-answer`: the upstream answered, but not as the API does (not JSON where JSON is due); `too-large`: above upstream.maxBodyBytes. */
+export type UpstreamErrorCode = 'timeout' | 'connect' | 'reset' | 'bad-answer' | 'queue-full' | 'closed' | 'too-large';
 
 export class UpstreamError extends Error {
   readonly code: UpstreamErrorCode;
@@ -42,8 +43,8 @@ export class UpstreamError extends Error {
   }
 }
 
-/** The `upstream` section of the config, less what the read-through itself handles (Retry-After). */
-export type UpstreamOptions = Omit<Config['upstream'], 'defaultRetryAfterMs'>;
+/** The `upstream` section of the config, less what the proxy itself handles (Retry-After, passthrough). */
+export type UpstreamOptions = Omit<Config['upstream'], 'defaultRetryAfterMs' | 'maxRetryAfterMs' | 'forwardPrefixes'>;
 
 /** What the read-through needs from upstream; tests may substitute it, production uses UpstreamClient. */
 export interface Upstream {

@@ -101,7 +101,7 @@ describe('AccessRules', () => {
 
 describe('RetryAfterGate', () => {
   it("blocks a user for the instance's Retry-After, the default without one, and forgets the block once past", () => {
-    const gate = new RetryAfterGate(60_000);
+    const gate = new RetryAfterGate(60_000, 600_000);
     expect(gate.blockedMs(1, T0)).toBe(0);
     expect(gate.block(1, '5', T0)).toBe(5_000);
     expect(gate.blockedMs(1, T0 + 1_000)).toBe(4_000);
@@ -150,7 +150,7 @@ function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number },
     upstream,
     policy: new FreshnessPolicy(DEFAULT_CONFIG.cache.freshness, DEFAULT_CONFIG.cache.staleIfErrorMs),
     access,
-    gate: new RetryAfterGate(60_000),
+    gate: new RetryAfterGate(60_000, 600_000),
     lockTtlMs: 1_000,
     lockWaitMs: 1_000,
     maxEntryBytes: 1 << 20,
