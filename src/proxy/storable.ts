@@ -23,11 +23,14 @@ export function isStorable(res: UpstreamResponse): boolean {
 
 /**
  * Is this the API's kind of answer? JSON by its Content-Type (`application/json` or a `+json`
- * type, RFC 6839 §3.1), or a redirect, which is relayed whole (RFC 9110 §15.4) whatever its body.
+ * type, RFC 6839 §3.1), a redirect, which is relayed whole (RFC 9110 §15.4), or a 401/403,
+ * relayed untouched, whatever their bodies.
  * A 304/204 never reaches here: fills are unconditional GETs of documents.
  */
 export function isApiAnswer(res: UpstreamResponse): boolean {
-  return (res.status >= 300 && res.status < 400) || isJsonAnswer(res);
+  // 401 and 403 pass through untouched whatever they carry: they are the instance's (or its
+  // gateway's) verdict on the credential, and the client must see it as it is.
+  return (res.status >= 300 && res.status < 400) || res.status === 401 || res.status === 403 || isJsonAnswer(res);
 }
 
 function isJsonAnswer(res: UpstreamResponse): boolean {

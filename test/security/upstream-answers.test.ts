@@ -51,6 +51,21 @@ describe('a non-JSON answer to a JSON operation', () => {
   });
 });
 
+describe('a 401 or 403 that is not JSON (an SSO gateway refusing)', () => {
+  it.each([401, 403])('%i is relayed untouched, status, content type and body, and never stored', async (status) => {
+    const page = `<html>refused ${status}</html>`;
+    upstream.answer = on('/api/v1/projects', status, HTML, page);
+    const before = reached('/api/v1/projects');
+    for (let i = 0; i < 2; i++) {
+      const res = await proxy.get('/api/v1/projects', `refused-${status}`);
+      expect(res.status).toBe(status);
+      expect(res.headers['content-type']).toBe(HTML['content-type']);
+      expect(res.body.toString()).toBe(page);
+    }
+    expect(reached('/api/v1/projects') - before).toBe(2);
+  });
+});
+
 describe('a redirect', () => {
   it('is relayed whole, Location included, and never stored', async () => {
     upstream.answer = on('/api/v1/projects', 302, { location: SSO, ...HTML }, '<a href="…">moved</a>');
