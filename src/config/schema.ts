@@ -88,8 +88,9 @@ export const ConfigSchema = section({
       'empty (generated and shared through Redis), or at least 32 bytes as hex or base64 (e.g. `openssl rand -hex 32`)',
       '', { format: 'hmac-secret', secret: true, env: 'TM_CACHE_HMAC_SECRET' }),
     maxEntries: count(1, 100_000),
+    staleOnOutage: boolean(true),
   }),
-  access: section({ ttlMs: durationMs(1, 300_000) }),
+  access: section({ ttlMs: durationMs(1, 300_000), projectConfirmMs: durationMs(0, 30_000) }),
   cache: section({
     strict: boolean(false),
     honorClientNoCache: boolean(true),
