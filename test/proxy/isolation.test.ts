@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { httpGet } from '../helpers/proxy.js';
 import { proxyOverEmulator } from '../helpers/setup.js';
-import { until } from '../helpers/wait.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 
 let clock = Date.now();
