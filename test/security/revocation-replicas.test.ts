@@ -5,7 +5,7 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULT_CONFIG, type Config } from '../../src/config/schema.js';
+import type { Config } from '../../src/config/schema.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { httpGet, startTestProxy, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';
@@ -84,19 +84,22 @@ describe('identities shared between replicas', () => {
 
 describe('project access revoked upstream, across replicas', () => {
   it('shares confirmations, and a refusal on one replica drops the user’s answers of the project on the other', async () => {
-    const [a, b] = await twoReplicas('rv3:', { identity: { ttlMs: 10 * 3_600_000 } });
+    const confirmMs = 30_000;
+    const [a, b] = await twoReplicas('rv3:', { identity: { ttlMs: 10 * 3_600_000 }, access: { projectConfirmMs: confirmMs } });
     const { token, userId, projectId } = await freshToken(2);
     const closed = await httpGet(`${emulator.url}/api/v1/projects/${projectId}/runs?is_closed=1`, token);
-    const path = `/api/v1/runs/${closed.json().result[0].id as number}`;
+    const runId = closed.json().result[0].id as number;
+    const path = `/api/v1/runs/${runId}`;
     expect((await a.get(path, token)).status).toBe(200);
-    await until(async () => (await keysUnder(`rv3:json:project-access:${userId}:${projectId}`)) === 1);
+    // The entry reaches Redis after A's confirmation was sent there, on the same connection.
+    await until(async () => (await keysUnder(`rv3:tag:run:${runId}`)) === 1);
     // B reads the entry from Redis and A's confirmation with it: no request reaches the instance.
     await emulator.resetStats();
     expect((await b.get(path, token)).headers['cache-status']).toMatch(/^tm-cache; hit;.*detail=redis$/);
     expect((await emulator.stats()).total).toBe(0);
     await emulator.mutate({ op: 'revoke_project', user_id: userId, project_id: projectId });
     try {
-      clock += DEFAULT_CONFIG.access.projectConfirmMs + 1_000;
+      clock += confirmMs + 1_000;
       expect((await a.get(path, token)).status).toBe(404);
       await emulator.mutate({ op: 'grant_project', user_id: userId, project_id: projectId });
       // B confirms again (access is back) but holds nothing of the project any more: A's refusal dropped it there too.

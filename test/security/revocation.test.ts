@@ -5,17 +5,17 @@
  * stale answers only while the instance itself fails, never because tm-cache's own queue is full.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 import { httpGet, startTestProxy, type TestProxy } from '../helpers/proxy.js';
 import { proxyOverEmulator } from '../helpers/setup.js';
 import { until } from '../helpers/wait.js';
 
 let clock = Date.now();
 const now = () => clock;
-const CONFIRM_MS = DEFAULT_CONFIG.access.projectConfirmMs;
+/** access.projectConfirmMs, set explicitly (its default) so the test reads the same on code that predates it. */
+const CONFIRM_MS = 30_000;
 const PROJECT_ROUTE = 'GET /api/v1/projects/{project_id}';
 
-const env = proxyOverEmulator({ identity: { ttlMs: 10 * 3_600_000 } }, now);
+const env = proxyOverEmulator({ identity: { ttlMs: 10 * 3_600_000 }, access: { projectConfirmMs: CONFIRM_MS } }, now);
 const extra: TestProxy[] = [];
 afterEach(async () => {
   await env.emulator.clearFaults();
@@ -88,7 +88,7 @@ describe('revoked project access', () => {
   });
 
   it('serves nothing of the project when its confirmation is due and tm-cache’s own queue is full', async () => {
-    const p = await proxyWith({ upstream: { maxConcurrent: 1, maxQueue: 0 }, identity: { ttlMs: 10 * 3_600_000 } });
+    const p = await proxyWith({ upstream: { maxConcurrent: 1, maxQueue: 0 }, identity: { ttlMs: 10 * 3_600_000 }, access: { projectConfirmMs: CONFIRM_MS } });
     const { token, projectId } = await freshToken(2);
     const [run] = await closedRuns(token, projectId);
     expect((await p.get(`/api/v1/runs/${run}`, token)).status).toBe(200);
