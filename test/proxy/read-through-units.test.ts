@@ -99,6 +99,17 @@ describe('AccessRules', () => {
     rules.afterRefusal(request(adminOnly, true), status);
     expect(log).toEqual(expected);
   });
+
+  it.each([
+    [403, ['drop 3 5']],
+    [404, ['drop 3 5']],
+    [401, ['forget A']],
+    [429, []],
+  ])('a project access confirmation refused %i: %o', (status, expected) => {
+    const { log, rules } = recorder();
+    rules.afterConfirmation(request(false, true), 5, status);
+    expect(log).toEqual(expected);
+  });
 });
 
 describe('RetryAfterGate', () => {
