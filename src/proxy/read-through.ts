@@ -89,10 +89,11 @@ export class ReadThrough {
     return this.#afterLookup(d, found, now);
   }
 
-  /** Upstream is failing and the caller's identity could not be re-verified: stale for `key`, or the failure. */
+  /** Asking upstream failed and the caller's identity could not be re-verified: stale for `key` if `#servesStaleOnOutage`, else the failure. */
   async serveStaleOnly(key: string | undefined, err: UpstreamError): Promise<Served> {
+    // Checked before the lookup: a refusal costs no Redis read.
     if (key === undefined || !this.#servesStaleOnOutage(err)) return upstreamFailure(err);
-    return this.#staleOnOutage(await this.o.cache.get(key), err, this.o.now());
+    return this.#unconfirmedOnFailure(await this.o.cache.get(key), err, this.o.now());
   }
 
   /**
@@ -156,7 +157,7 @@ export class ReadThrough {
     const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId);
     const now = this.o.now();
     if (confirmation.kind === 'confirmed') return this.#afterLookup(d, found, now, true);
-    if (confirmation.kind === 'failed') return this.#servesStaleOnOutage(confirmation.error) ? this.#staleOnOutage(found, confirmation.error, now) : upstreamFailure(confirmation.error);
+    if (confirmation.kind === 'failed') return this.#unconfirmedOnFailure(found, confirmation.error, now);
     const res = confirmation.response;
     if (res.status === 429) this.o.gate.block(d.caller.userId, res.headers['retry-after'], now);
     this.o.access.afterConfirmation(answeredRequest(d), projectId, res.status);
@@ -173,8 +174,10 @@ export class ReadThrough {
     return this.o.staleOnOutage && isInstanceFailure(err);
   }
 
-  #staleOnOutage(found: Found | undefined, err: UpstreamError, now: number): Served {
-    return found !== undefined && isUsableOnError(found.entry, now) ? staleOnError(found) : upstreamFailure(err);
+  /** What a caller that could not be confirmed gets when asking failed: stale within stale-if-error when allowed, else the failure. */
+  #unconfirmedOnFailure(found: Found | undefined, err: UpstreamError, now: number): Served {
+    const usable = found !== undefined && this.#servesStaleOnOutage(err) && isUsableOnError(found.entry, now);
+    return usable ? staleOnError(found) : upstreamFailure(err);
   }
 
   /** The fill of one decided request: ask upstream with the caller's credential, keep what is storable. */
