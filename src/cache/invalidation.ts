@@ -8,8 +8,16 @@
  * serve what may have been invalidated.
  */
 
-/** What the bus carries. `all`: messages may have been missed (e.g. the subscriber reconnected). */
-export type InvalidationMessage = { kind: 'tag'; tag: string } | { kind: 'key'; key: string } | { kind: 'all' };
+/**
+ * What the bus carries. `all`: messages may have been missed (e.g. the subscriber reconnected).
+ * `forget`: a credential the instance refused (401), by its HMAC (never the token): every replica
+ * drops its identity (src/proxy/identity.ts); the cache tiers ignore it.
+ */
+export type InvalidationMessage =
+  | { kind: 'tag'; tag: string }
+  | { kind: 'key'; key: string }
+  | { kind: 'all' }
+  | { kind: 'forget'; credentialId: string };
 export type InvalidationListener = (message: InvalidationMessage) => void;
 
 export interface InvalidationBus {

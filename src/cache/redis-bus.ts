@@ -51,7 +51,7 @@ export class RedisInvalidationBus implements InvalidationBus {
     try {
       const message = JSON.parse(payload) as InvalidationMessage & { origin?: string };
       if (message.origin === this.origin) return;
-      if (message.kind === 'tag' || message.kind === 'key' || message.kind === 'all') this.#emit(message);
+      if (message.kind === 'tag' || message.kind === 'key' || message.kind === 'all' || message.kind === 'forget') this.#emit(message);
     } catch (error) {
       this.#connection.failures.record('subscribe', error);
     }

@@ -97,8 +97,9 @@ export const ConfigSchema = section({
     refusedMaxBytes: count(1, 4 * MiB),
     maxConcurrent: count(1, 16),
     maxQueue: count(0, 256),
+    staleOnOutage: boolean(true),
   }),
-  access: section({ ttlMs: durationMs(1, 300_000) }),
+  access: section({ ttlMs: durationMs(1, 300_000), projectConfirmMs: durationMs(0, 30_000) }),
   cache: section({
     strict: boolean(false),
     honorClientNoCache: boolean(true),

@@ -9,6 +9,8 @@
  * | 401                             | the token's identity is forgotten, here and on every replica |
  * | 403 to an admin-only operation  | the caller is no (longer an) admin                           |
  * | 401, 403, 404 to a caller who may read the key | the entry is dropped from every tier: the instance now refuses what is held, so it is not served stale |
+ * | 403, 404 to a project access confirmation | that user's entries of the project are dropped from every tier, on every replica |
+ * | 401 to a project access confirmation | the token's identity is forgotten, here and on every replica |
  */
 import type { Caller } from './identity.js';
 
@@ -18,6 +20,8 @@ export interface AccessTargets {
   clearAdmin(caller: Caller): void;
   forget(authorization: string): void;
   deleteEntry(key: string): void;
+  /** Drops every entry of the project held for that user (its `<scope>|project:<id>` tag). */
+  dropUserProject(caller: Caller, projectId: number): void;
 }
 
 /** The request an answer was for, as the rules need it. */
@@ -45,5 +49,11 @@ export class AccessRules {
   afterRefusal(r: AnsweredRequest, status: number): void {
     if (status === 401) this.targets.forget(r.authorization);
     if (status === 403 && r.adminOnly) this.targets.clearAdmin(r.caller);
+  }
+
+  /** A project access confirmation (access-confirmation.ts) refused with `status`. */
+  afterConfirmation(r: AnsweredRequest, projectId: number, status: number): void {
+    if (status === 403 || status === 404) this.targets.dropUserProject(r.caller, projectId);
+    if (status === 401) this.targets.forget(r.authorization);
   }
 }

@@ -21,7 +21,9 @@ import type { CacheOutcome } from '../cache/outcome.js';
 import { FreshnessPolicy } from '../cache/policy.js';
 import type { Config } from '../config/schema.js';
 import type { Upstream } from '../upstream/client.js';
+import type { InvalidationBus } from '../cache/invalidation.js';
 import { AccessRules } from './access.js';
+import { ProjectAccess, userProjectTag } from './access-confirmation.js';
 import { Coalescer } from '../cache/coalesce.js';
 import { IdentityResolver, type SharedStore } from './identity.js';
 import { forwardOnly } from './forwarding.js';
@@ -47,6 +49,8 @@ export interface ProxyDeps {
   readonly logger: Logger;
   readonly hmacSecret: Buffer;
   readonly shared?: SharedStore | undefined;
+  /** Carries forgotten credentials between replicas (the invalidation bus). */
+  readonly bus?: InvalidationBus | undefined;
   readonly lock?: FillLock | undefined;
   readonly now?: () => number;
   /** Called with every cacheable request's outcome (metrics). */
@@ -115,19 +119,24 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     coalescer: new Coalescer(),
     shared: deps.shared,
     retryAfter: gate,
+    bus: deps.bus,
     now,
   });
+  const projects = new ProjectAccess({ confirmMs: config.access.projectConfirmMs, upstream: deps.upstream, shared: deps.shared, now });
   const access = new AccessRules({
     markAdmin: (caller) => identity.markAdmin(caller),
     clearAdmin: (caller) => identity.clearAdmin(caller),
     forget: (authorization) => identity.forget(authorization),
     deleteEntry: (key) => void deps.cache.delete(key),
+    dropUserProject: (caller, projectId) => void deps.cache.invalidateTag(userProjectTag(caller.scope, projectId)),
   });
   const readThrough = new ReadThrough({
     cache: deps.cache,
     upstream: deps.upstream,
     policy,
     access,
+    projects,
+    staleOnOutage: config.identity.staleOnOutage,
     gate,
     lock: deps.lock,
     lockTtlMs: config.cache.redis.lockTtlMs,

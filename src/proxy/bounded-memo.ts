@@ -46,6 +46,15 @@ export class BoundedMemo<V extends {}> {
     return this.#lru.delete(key);
   }
 
+  /** Drops every entry whose value matches; a scan of the whole (bounded) memo, for rare events. */
+  deleteWhere(matches: (value: V) => boolean): void {
+    for (const [key, value] of this.#lru.entries()) if (matches(value)) this.#lru.delete(key);
+  }
+
+  clear(): void {
+    this.#lru.clear();
+  }
+
   get size(): number {
     return this.#lru.size;
   }

@@ -83,6 +83,18 @@ export class IdentityMemo {
     return caller;
   }
 
+  /** Forgets a credential under every spelling (another replica saw its 401). */
+  deleteCredential(credentialId: string): void {
+    this.#byCredential.delete(credentialId);
+    this.#byHeader.deleteWhere((caller) => caller.credentialId === credentialId);
+  }
+
+  /** Forgets every caller (invalidation messages may have been lost); refusals stay, they only ever refuse. */
+  clear(): void {
+    this.#byHeader.clear();
+    this.#byCredential.clear();
+  }
+
   /** The instance's 401 for this credential, while it is remembered. */
   refusal(credentialId: string, now: number): UpstreamResponse | undefined {
     const refused = this.#refused.get(credentialId);

@@ -16,9 +16,14 @@
  * the caller of any other spelling of the same token, so one token is one GET /user. A 401 is
  * remembered by HMAC for `identity.refusedTtlMs`, so repeated junk tokens never reach upstream;
  * the look-ups that do go through their own upstream lane (`identity.maxConcurrent`).
+ * Revocation across replicas: a shared identity carries the absolute time it was verified until,
+ * and a replica that reads it trusts it only until then (never `identity.ttlMs` from its read).
+ * Forgetting a credential (a 401) is published on the invalidation bus by its HMAC, never the
+ * token, and every replica drops the memo entries of that credential.
  */
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import type { Coalescer } from '../cache/coalesce.js';
+import type { InvalidationBus, InvalidationMessage } from '../cache/invalidation.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
 import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import { IdentityMemo, normalizeAuthorization, type IdentityMemoOptions } from './identity-memo.js';
@@ -56,11 +61,15 @@ export interface IdentityOptions extends IdentityMemoOptions {
   readonly shared?: SharedStore | undefined;
   /** Bounds the Retry-After of a relayed refusal (`upstream.maxRetryAfterMs`). */
   readonly retryAfter: Pick<RetryAfterGate, 'bounded'>;
+  /** Where forgotten credentials are announced to, and heard from, the other replicas. */
+  readonly bus?: InvalidationBus | undefined;
   readonly now: () => number;
 }
 
 interface SharedIdentity {
   readonly userId: number;
+  /** Verified until then (ms since epoch), by whichever replica asked upstream. */
+  readonly until: number;
 }
 
 export class IdentityResolver {
@@ -68,6 +77,7 @@ export class IdentityResolver {
 
   constructor(private readonly options: IdentityOptions) {
     this.memo = new IdentityMemo(options);
+    options.bus?.onInvalidate((message) => this.onInvalidation(message));
   }
 
   /** The hit path: a verified caller for this header, or undefined. No allocation, no hashing. */
@@ -97,9 +107,11 @@ export class IdentityResolver {
   forget(authorization: string): void {
     const caller = this.memo.get(authorization);
     this.memo.delete(authorization);
-    if (caller && this.options.shared) {
-      void this.options.shared.setJson('identity', caller.credentialId, null, 1);
-    }
+    // Only a credential this replica knew is announced: junk tokens cost the others nothing.
+    if (caller === undefined) return;
+    this.memo.deleteCredential(caller.credentialId);
+    void this.options.shared?.setJson('identity', caller.credentialId, null, 1);
+    void this.options.bus?.publish({ kind: 'forget', credentialId: caller.credentialId });
   }
 
   isVerifiedAdmin(caller: Caller, now: number): boolean {
@@ -118,6 +130,14 @@ export class IdentityResolver {
     void this.options.shared?.setJson('admin', String(caller.userId), 0, this.options.accessTtlMs);
   }
 
+  /** Another replica forgot a credential, or messages may have been lost (`all`): so do we. */
+  private onInvalidation(message: InvalidationMessage): void {
+    if (message.kind === 'forget') this.memo.deleteCredential(message.credentialId);
+    else if (message.kind === 'all') this.memo.clear();
+  }
+
+
+
   get size(): number {
     return this.memo.size;
   }
@@ -128,8 +148,12 @@ export class IdentityResolver {
 
   private async lookup(authorization: string, credentialId: string): Promise<IdentityResult> {
     const shared = await this.options.shared?.getJson<SharedIdentity | null>('identity', credentialId);
-    if (shared) return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId) };
-
+    // Trusted until the expiry its first verifier stored, never longer (an older form without one is not trusted).
+    if (shared && typeof shared.until === 'number' && this.options.now() < shared.until) {
+      return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId, shared.until) };
+    }
+    // Counted from the question, not the answer: the identity never outlives identity.ttlMs.
+    const until = this.options.now() + this.options.ttlMs;
     const res = await this.options.upstream.get('/api/v1/user', { authorization, ...UPSTREAM_HEADERS });
     // Only the API's own answer is a verdict: an SSO page (HTML 200) is no caller, whatever it holds.
     if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
@@ -138,8 +162,9 @@ export class IdentityResolver {
     if (res.status === 200) {
       const userId = parseUserId(decodedBody(res));
       if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
-      void this.options.shared?.setJson('identity', credentialId, { userId }, this.options.ttlMs);
-      return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId) };
+      const shared: SharedIdentity = { userId, until };
+      void this.options.shared?.setJson('identity', credentialId, shared, until - this.options.now());
+      return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId, until) };
     }
     // An instance that fails is not a verdict on the credential: the caller may get stale answers.
     if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);
@@ -152,15 +177,15 @@ export class IdentityResolver {
     return { kind: 'refused', response: this.options.retryAfter.bounded(res, this.options.now()) };
   }
 
-  private async remember(authorization: string, credentialId: string, userId: number): Promise<Caller> {
-    const now = this.options.now();
+  private async remember(authorization: string, credentialId: string, userId: number, verifiedUntil: number): Promise<Caller> {
+    // An admin verification is shared as its absolute expiry too: trusted until then, not from this read.
     const sharedAdminUntil = await this.options.shared?.getJson<number>('admin', String(userId));
     const previous = this.memo.get(authorization);
     const caller: Caller = {
       userId,
       scope: userScope(userId),
       credentialId,
-      verifiedUntil: now + this.options.ttlMs,
+      verifiedUntil,
       adminUntil: Math.max(previous?.userId === userId ? previous.adminUntil : 0, sharedAdminUntil ?? 0),
     };
     this.memo.set(authorization, caller);

@@ -115,7 +115,9 @@ export class Pipeline {
       return this.#finish(req, res, refused, operation, undefined, undefined, t);
     } catch (err) {
       const failure = err instanceof UpstreamError ? err : new UpstreamError('reset', String(err), { cause: err });
-      // The instance is failing: a caller we knew may still get what we hold for them.
+      // The instance is failing: a caller we knew may still get what we hold for them, if
+      // identity.staleOnOutage allows and the instance itself failed, never on tm-cache's own
+      // queue-full (read-through.ts serveStaleOnly; README "Revocation").
       const lapsed = identity.peekLapsed(authorization);
       const key = lapsed !== undefined && route.kind === 'cacheable' && !route.req.op.adminOnly ? keyFor(route, lapsed.scope) : undefined;
       const served = await this.#o.readThrough.serveStaleOnly(key, failure);

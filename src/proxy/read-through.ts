@@ -1,7 +1,10 @@
 /**
  * One decided request, read through the cache: hit, stale, coalesced or fill.
  *
- *   tiers, in order (memory answers synchronously) ──fresh──▶ hit
+ *   tiers, in order (memory answers synchronously)
+ *        │ an entry of a project whose access by this user lapsed (access-confirmation.ts):
+ *        │ confirm first (async) ── refused ─▶ the user's entries of the project dropped, filled
+ *        ▼ ──fresh──▶ hit
  *        │ stale within stale-while-revalidate ─▶ serve it, refresh in background (coalesced)
  *        ▼ missing, or the client asked to revalidate
  *   caller rate-limited? (retry-after.ts) ─▶ stale if usable, else 429 with the remaining wait
@@ -25,6 +28,7 @@ import type { FreshnessPolicy } from '../cache/policy.js';
 import type { TierName } from '../cache/tier.js';
 import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
+import { projectOf, type ProjectAccess } from './access-confirmation.js';
 import type { Decision } from './decide.js';
 import type { RetryAfterGate } from './retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './served.js';
@@ -54,6 +58,10 @@ export interface ReadThroughOptions {
   readonly upstream: Upstream;
   readonly policy: FreshnessPolicy;
   readonly access: AccessRules;
+  /** Per user and project, access confirmed within `access.projectConfirmMs`. */
+  readonly projects: ProjectAccess;
+  /** `identity.staleOnOutage`: may a caller whose confirmation lapsed be served stale while the instance fails? */
+  readonly staleOnOutage: boolean;
   readonly gate: RetryAfterGate;
   readonly lock?: FillLock | undefined;
   readonly lockTtlMs: number;
@@ -83,16 +91,19 @@ export class ReadThrough {
     return this.#afterLookup(d, found, now);
   }
 
-  /** Upstream is failing and the caller's identity could not be re-verified: stale for `key`, or the failure. */
+  /** Asking upstream failed and the caller's identity could not be re-verified: stale for `key` if `#servesStaleOnOutage`, else the failure. */
   async serveStaleOnly(key: string | undefined, err: UpstreamError): Promise<Served> {
-    const found = key === undefined ? undefined : await this.o.cache.get(key);
-    if (found !== undefined && isUsableOnError(found.entry, this.o.now())) {
-      return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: 'stale-if-error' } };
-    }
-    return upstreamFailure(err);
+    // Checked before the lookup: a refusal costs no Redis read.
+    if (key === undefined || !this.#servesStaleOnOutage(err)) return upstreamFailure(err);
+    return this.#unconfirmedOnFailure(await this.o.cache.get(key), err, this.o.now());
   }
 
-  #afterLookup(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
+  /**
+   * `confirmed`: this request's access to the entry's project was just confirmed upstream, so
+   * the check is not repeated (with `access.projectConfirmMs: 0` it would never pass).
+   */
+  #afterLookup(d: Decision, found: Found | undefined, now: number, confirmed = false): Served | Promise<Served> {
+    if (found !== undefined && !confirmed && this.#needsConfirmation(d, found.entry, now)) return this.#confirmThenServe(d, found);
     if (found !== undefined && !d.noCache) {
       if (isFresh(found.entry, now)) return { kind: 'entry', entry: found.entry, outcome: HIT[found.tier] };
       if (isUsableWhileRevalidating(found.entry, now)) {
@@ -130,6 +141,47 @@ export class ReadThrough {
     return this.#afterRefusal(d, result.value.response, found, now, kind);
   }
 
+  /**
+   * The hit path's access check: a user's entry of a project, whose access by that user was not
+   * confirmed within `access.projectConfirmMs`. A WeakMap and two Map lookups, a comparison.
+   */
+  #needsConfirmation(d: Decision, entry: CacheEntry, now: number): boolean {
+    if (d.req.op.adminOnly) return false; // shared admin answers name no project; verified by access.ttlMs
+    const projectId = projectOf(entry);
+    return projectId !== undefined && !this.o.projects.isConfirmed(d.caller.userId, projectId, now);
+  }
+
+  /** A due confirmation: asked (coalesced, shared), then the entry is served, or dropped and the request filled. */
+  async #confirmThenServe(d: Decision, found: Found): Promise<Served> {
+    const projectId = projectOf(found.entry)!;
+    // A rate-limited caller is not asked about upstream: unconfirmed, they get the 429 (never the entry).
+    if (this.o.gate.blockedMs(d.caller.userId, this.o.now()) > 0) return this.#afterLookup(d, undefined, this.o.now(), true);
+    const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId);
+    const now = this.o.now();
+    if (confirmation.kind === 'confirmed') return this.#afterLookup(d, found, now, true);
+    if (confirmation.kind === 'failed') return this.#unconfirmedOnFailure(found, confirmation.error, now);
+    const res = confirmation.response;
+    if (res.status === 429) this.o.gate.block(d.caller.userId, res.headers['retry-after'], now);
+    this.o.access.afterConfirmation(answeredRequest(d), projectId, res.status);
+    // Not confirmed: the entry is not served; the request is answered as a miss, by the instance.
+    return this.#afterLookup(d, undefined, now, true);
+  }
+
+  /**
+   * May a caller whose identity or project access could not be confirmed get a stale entry?
+   * Only when the instance itself failed (refused, reset, 5xx, timeout) and `identity.staleOnOutage`
+   * allows it; never on tm-cache's own `queue-full`, which anyone can cause with junk tokens.
+   */
+  #servesStaleOnOutage(err: UpstreamError): boolean {
+    return this.o.staleOnOutage && isInstanceFailure(err);
+  }
+
+  /** What a caller that could not be confirmed gets when asking failed: stale within stale-if-error when allowed, else the failure. */
+  #unconfirmedOnFailure(found: Found | undefined, err: UpstreamError, now: number): Served {
+    const usable = found !== undefined && this.#servesStaleOnOutage(err) && isUsableOnError(found.entry, now);
+    return usable ? staleOnError(found) : upstreamFailure(err);
+  }
+
   /** The fill of one decided request: ask upstream with the caller's credential, keep what is storable. */
   #job(d: Decision): FillJob<Unstored> {
     const access = this.o.access;
@@ -140,11 +192,16 @@ export class ReadThrough {
       shareable: d.mayRead,
       fetch: async (): Promise<Fetched<Unstored>> => {
         const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);
+        const askedAt = this.o.now();
         const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS });
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (isApiAnswer(res)) access.afterFill(answered, res.status);
         if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };
-        return { kind: 'entry', entry: makeEntry(d.req, res, this.o.policy, this.o.now()) };
+        const entry = makeEntry(d.req, res, this.o.policy, this.o.now(), d.req.op.adminOnly ? undefined : d.caller.scope);
+        // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
+        const projectId = d.req.op.adminOnly ? undefined : projectOf(entry);
+        if (projectId !== undefined) this.o.projects.renew(d.caller.userId, projectId, askedAt);
+        return { kind: 'entry', entry };
       },
     };
   }
@@ -173,6 +230,11 @@ function failureOf(res: UpstreamResponse): UpstreamError | undefined {
   if (res.status >= 500) return new UpstreamError('reset', `the upstream answered ${res.status}`);
   if (!isApiAnswer(res)) return new UpstreamError('bad-answer', `the upstream answered ${describeAnswer(res)}, not JSON`);
   return undefined;
+}
+
+/** The instance itself failed, as opposed to tm-cache declining to ask it (`queue-full`, `closed`). */
+export function isInstanceFailure(err: UpstreamError): boolean {
+  return err.code === 'timeout' || err.code === 'connect' || err.code === 'reset';
 }
 
 function answeredRequest(d: Decision): AnsweredRequest {

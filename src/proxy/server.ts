@@ -54,6 +54,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     logger,
     hmacSecret: await resolveHmacSecret(config, redis, logger),
     shared: redis?.sharedStore,
+    bus: redis?.bus,
     lock: redis?.fillLock,
     now,
     onOutcome: (outcome, operation) => metrics.recordOutcome(outcome, operation),

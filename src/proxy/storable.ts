@@ -12,8 +12,10 @@
 import { createHash } from 'node:crypto';
 import type { CanonicalRequest } from '../api/normalize.js';
 import type { CacheEntry } from '../cache/entry.js';
+import type { Scope } from '../cache/key.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import type { UpstreamResponse } from '../upstream/client.js';
+import { projectOfTags, userProjectTag } from './access-confirmation.js';
 
 export function isStorable(res: UpstreamResponse): boolean {
   if (res.status !== 200 || !isJsonAnswer(res)) return false;
@@ -49,9 +51,14 @@ function mediaTypeOf(contentType: string | string[] | undefined): string {
   return value === undefined ? '' : value.split(';', 1)[0]!.trim().toLowerCase();
 }
 
-/** The entry for a storable answer: freshness and tags from the policy, a strong ETag of the body. */
-export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: FreshnessPolicy, now: number): CacheEntry {
+/**
+ * The entry for a storable answer: freshness and tags from the policy, a strong ETag of the body.
+ * A user's entry of a project also carries `<scope>|project:<id>`, so that a revoked access drops
+ * exactly that user's entries of the project (access-confirmation.ts).
+ */
+export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: FreshnessPolicy, now: number, scope?: Scope): CacheEntry {
   const decided = policy.decide(req, res.body);
+  const projectId = scope === undefined ? undefined : projectOfTags(decided.tags);
   const etag = `"${createHash('sha256').update(res.body).digest('base64url').slice(0, 27)}"`;
   const contentType = res.headers['content-type'];
   const freshUntil = now + decided.ttlMs;
@@ -70,6 +77,6 @@ export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: 
     freshUntil,
     staleWhileRevalidateUntil: freshUntil + decided.staleWhileRevalidateMs,
     staleIfErrorUntil: freshUntil + decided.staleIfErrorMs,
-    tags: decided.tags,
+    tags: projectId === undefined ? decided.tags : [...decided.tags, userProjectTag(scope!, projectId)],
   };
 }

@@ -9,6 +9,7 @@ import type { CacheEntry } from '../../src/cache/entry.js';
 import { FreshnessPolicy } from '../../src/cache/policy.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 import { AccessRules, type AccessTargets } from '../../src/proxy/access.js';
+import { ProjectAccess } from '../../src/proxy/access-confirmation.js';
 import { decide, type Decision } from '../../src/proxy/decide.js';
 import type { Caller } from '../../src/proxy/identity.js';
 import { ReadThrough, type Found, type ReadCache } from '../../src/proxy/read-through.js';
@@ -67,6 +68,7 @@ describe('AccessRules', () => {
       clearAdmin: (c) => void log.push(`clearAdmin ${c.userId}`),
       forget: (a) => void log.push(`forget ${a}`),
       deleteEntry: (k) => void log.push(`delete ${k}`),
+      dropUserProject: (c, p) => void log.push(`drop ${c.userId} ${p}`),
     };
     return { log, rules: new AccessRules(targets) };
   }
@@ -95,6 +97,17 @@ describe('AccessRules', () => {
   ])('a caller served %i (admin-only %s): %o', (status, adminOnly, expected) => {
     const { log, rules } = recorder();
     rules.afterRefusal(request(adminOnly, true), status);
+    expect(log).toEqual(expected);
+  });
+
+  it.each([
+    [403, ['drop 3 5']],
+    [404, ['drop 3 5']],
+    [401, ['forget A']],
+    [429, []],
+  ])('a project access confirmation refused %i: %o', (status, expected) => {
+    const { log, rules } = recorder();
+    rules.afterConfirmation(request(false, true), 5, status);
     expect(log).toEqual(expected);
   });
 });
@@ -144,12 +157,21 @@ const json = (status: number, body: unknown, headers: Record<string, string> = {
   body: Buffer.from(JSON.stringify(body)),
 });
 
-function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number }, access = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry: (k) => void cache.delete(k) })) {
+/** The fixtures' entries are of project 5: their callers' access to it is confirmed (access-confirmation.ts has its own tests). */
+function confirmedProjects(upstream: Upstream, clock: { t: number }): ProjectAccess {
+  const projects = new ProjectAccess({ confirmMs: 24 * 3_600_000, upstream, now: () => clock.t });
+  for (const userId of [2, 3, 7, 8]) projects.renew(userId, 5, clock.t - 3_600_000);
+  return projects;
+}
+
+function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number }, access = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry: (k) => void cache.delete(k), dropUserProject() {} })) {
   return new ReadThrough({
     cache,
     upstream,
     policy: new FreshnessPolicy(DEFAULT_CONFIG.cache.freshness, DEFAULT_CONFIG.cache.staleIfErrorMs),
     access,
+    projects: confirmedProjects(upstream, clock),
+    staleOnOutage: true,
     gate: new RetryAfterGate(60_000, 600_000),
     lockTtlMs: 1_000,
     lockWaitMs: 1_000,

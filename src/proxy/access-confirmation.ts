@@ -1,0 +1,145 @@
+/**
+ * Project access confirmations: access freshness kept apart from content freshness.
+ *
+ * A settled answer (a closed run) may stay fresh for an hour, but the user it was cached for
+ * may lose its project meanwhile. So an entry that names a project (its `project:<id>` tag) is
+ * served to a user only while that user's access to the project has been confirmed upstream
+ * within `access.projectConfirmMs`. A confirmation is `user id + project id → confirmed until`,
+ * renewed by any fresh 200 of that project for that user (a fill), or by one light request
+ * (`GET /api/v1/projects/{id}` with the user's own token) when a hit needs it and it lapsed.
+ *
+ * Invariants:
+ * - The hit path asks `isConfirmed`: two Map lookups and a comparison (plus a WeakMap lookup in
+ *   `projectOf`), no allocation, no hashing, no I/O. Only a due confirmation goes async.
+ * - Confirmations are coalesced per user and project, and shared through the shared store
+ *   (Redis) as one absolute time, so one replica's confirmation serves the others.
+ * - "confirmed until" is counted from when the question was asked, never from when the answer
+ *   came back: a confirmation never outlives its promise.
+ * - A 403/404 forgets the confirmation here and in the shared store; the caller (read-through,
+ *   through the access rules) drops the user's entries of that project.
+ */
+import { Coalescer } from '../cache/coalesce.js';
+import type { CacheEntry } from '../cache/entry.js';
+import type { Scope } from '../cache/key.js';
+import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import type { Caller, SharedStore } from './identity.js';
+
+export type Confirmation =
+  | { readonly kind: 'confirmed' }
+  /** The instance did not confirm (401, 403, 404, 429, ...): its answer, for the access rules. */
+  | { readonly kind: 'refused'; readonly response: UpstreamResponse }
+  /** The instance failed (or tm-cache could not ask it): no verdict. */
+  | { readonly kind: 'failed'; readonly error: UpstreamError };
+
+export interface ProjectAccessOptions {
+  /** `access.projectConfirmMs` */
+  readonly confirmMs: number;
+  readonly upstream: Upstream;
+  readonly shared?: SharedStore | undefined;
+  readonly now: () => number;
+}
+
+/** Users whose confirmations are remembered at most; forgetting one costs one light request. */
+const MAX_USERS = 100_000;
+const NAMESPACE = 'project-access';
+/** Answers that mean the user may not see the project (the instance hides it as 404 or refuses it as 403). */
+const REVOKED = new Set([403, 404]);
+
+export class ProjectAccess {
+  /** user id → project id → confirmed until (ms since epoch). */
+  readonly #byUser = new Map<number, Map<number, number>>();
+  readonly #coalescer = new Coalescer<Confirmation>();
+
+  constructor(private readonly o: ProjectAccessOptions) {}
+
+  /** The hit path: has this user's access to the project been confirmed, and not lapsed, at `now`? */
+  isConfirmed(userId: number, projectId: number, now: number): boolean {
+    const until = this.#byUser.get(userId)?.get(projectId);
+    return until !== undefined && now < until;
+  }
+
+  /** A fresh 200 of the project for the user, asked at `askedAt`: confirmed from then on. */
+  renew(userId: number, projectId: number, askedAt: number): void {
+    const until = askedAt + this.o.confirmMs;
+    const previous = this.#remember(userId, projectId, until);
+    // Shared at most twice per window: a burst of fills of one project writes Redis once or twice.
+    if (previous === undefined || until - previous > this.o.confirmMs / 2) this.#share(userId, projectId, until);
+  }
+
+  /** Confirms through the shared store, else one upstream request; coalesced per user and project. */
+  confirm(caller: Caller, authorization: string, projectId: number): Promise<Confirmation> {
+    const key = `${caller.userId}:${projectId}`;
+    return this.#coalescer.run(key, () => this.#lookup(caller.userId, authorization, projectId, key)).promise;
+  }
+
+  async #lookup(userId: number, authorization: string, projectId: number, key: string): Promise<Confirmation> {
+    const sharedUntil = await this.o.shared?.getJson<number>(NAMESPACE, key);
+    if (typeof sharedUntil === 'number' && this.o.now() < sharedUntil) {
+      this.#remember(userId, projectId, sharedUntil);
+      return CONFIRMED;
+    }
+    const askedAt = this.o.now();
+    let res: UpstreamResponse;
+    try {
+      res = await this.o.upstream.get(`/api/v1/projects/${projectId}`, { authorization, ...UPSTREAM_HEADERS });
+    } catch (err) {
+      return { kind: 'failed', error: err instanceof UpstreamError ? err : new UpstreamError('reset', String(err), { cause: err }) };
+    }
+    if (res.status === 200) {
+      this.renew(userId, projectId, askedAt);
+      return CONFIRMED;
+    }
+    // A failing instance is no verdict on the user's access (as for GET /user in identity.ts).
+    if (res.status >= 500) return { kind: 'failed', error: new UpstreamError('reset', `the upstream answered ${res.status}`) };
+    if (REVOKED.has(res.status)) this.#revoke(userId, projectId, key);
+    return { kind: 'refused', response: res };
+  }
+
+  /** Remembers `until` for the pair; answers what was remembered before. */
+  #remember(userId: number, projectId: number, until: number): number | undefined {
+    let projects = this.#byUser.get(userId);
+    if (projects === undefined) {
+      if (this.#byUser.size >= MAX_USERS) this.#byUser.clear();
+      this.#byUser.set(userId, (projects = new Map()));
+    }
+    const previous = projects.get(projectId);
+    projects.set(projectId, until);
+    return previous;
+  }
+
+  #revoke(userId: number, projectId: number, key: string): void {
+    this.#byUser.get(userId)?.delete(projectId);
+    // 0 rather than a delete: a replica reading it sees "not confirmed" as plainly as a miss.
+    void this.o.shared?.setJson(NAMESPACE, key, 0, this.o.confirmMs);
+  }
+
+  #share(userId: number, projectId: number, until: number): void {
+    void this.o.shared?.setJson(NAMESPACE, `${userId}:${projectId}`, until, until - this.o.now());
+  }
+}
+
+const CONFIRMED: Confirmation = Object.freeze({ kind: 'confirmed' });
+
+/** The project an entry belongs to (its `project:<id>` tag), read once per entry object. */
+const projects = new WeakMap<CacheEntry, number | null>();
+const PROJECT_TAG = /^project:(\d+)$/;
+
+export function projectOf(entry: CacheEntry): number | undefined {
+  let id = projects.get(entry);
+  if (id === undefined) projects.set(entry, (id = projectOfTags(entry.tags) ?? null));
+  return id ?? undefined;
+}
+
+/** The project a list of tags names (`project:<id>`), if any. */
+export function projectOfTags(tags: readonly string[]): number | undefined {
+  for (const tag of tags) {
+    const match = PROJECT_TAG.exec(tag);
+    if (match) return Number(match[1]);
+  }
+  return undefined;
+}
+
+/** The tag of one user's entries of one project: what a revoked access drops, in every tier. */
+export function userProjectTag(scope: Scope, projectId: number): string {
+  return `${scope}|project:${projectId}`;
+}
