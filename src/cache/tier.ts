@@ -10,6 +10,7 @@
  * value) answers `undefined` to `get`/`peek` and does nothing on `set`, and reports the failure
  * through its own log line and counter. A failing tier is a miss, never an error.
  */
+import type { SharedTierBudget } from './budget.js';
 import type { CacheEntry } from './entry.js';
 
 export type MaybePromise<T> = T | Promise<T>;
@@ -25,8 +26,10 @@ export interface CacheTier {
    * The live entry under `key`, or undefined. Counts as a use (recency, hit counters): call it
    * for a lookup that will serve what it finds. `now` (ms since epoch) is the caller's clock
    * reading, passed so the hot path reads the clock once; the tier's own clock otherwise.
+   * `budget`: the request's allowance for waiting on a shared tier (budget.ts); a local tier
+   * ignores it.
    */
-  get(key: string, now?: number): MaybePromise<CacheEntry | undefined>;
+  get(key: string, now?: number, budget?: SharedTierBudget): MaybePromise<CacheEntry | undefined>;
   /** Like `get`, without counting as a use (lru-cache's `peek`): for looking, not serving. */
   peek(key: string, now?: number): MaybePromise<CacheEntry | undefined>;
   /**

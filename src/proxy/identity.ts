@@ -12,6 +12,7 @@
  * ever sees the HMAC-SHA256 of the credential.
  */
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
+import type { SharedTierBudget } from '../cache/budget.js';
 import type { Coalescer } from '../cache/coalesce.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
 import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
@@ -34,7 +35,8 @@ export type IdentityResult =
 
 /** Where identities and admin verifications are shared between replicas (the Redis tier). */
 export interface SharedStore {
-  getJson<T>(namespace: string, key: string): Promise<T | undefined>;
+  /** `isValid`: what the reader accepts; anything else read back is a miss (and dropped). */
+  getJson<T>(namespace: string, key: string, options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean }): Promise<T | undefined>;
   setJson(namespace: string, key: string, value: unknown, ttlMs: number): Promise<void>;
 }
 
@@ -70,9 +72,9 @@ export class IdentityResolver {
   }
 
   /** Resolves through the shared store, then upstream; concurrent resolutions of one credential coalesce. */
-  resolve(authorization: string): Promise<IdentityResult> {
+  resolve(authorization: string, budget?: SharedTierBudget): Promise<IdentityResult> {
     const credentialId = hmacCredential(this.options.hmacSecret, authorization);
-    return this.options.coalescer.run(credentialId, () => this.lookup(authorization, credentialId)).promise;
+    return this.options.coalescer.run(credentialId, () => this.lookup(authorization, credentialId, budget)).promise;
   }
 
   /** After an upstream 401 for this credential: never trust it again without asking. */
@@ -104,9 +106,9 @@ export class IdentityResolver {
     return this.memo.size;
   }
 
-  private async lookup(authorization: string, credentialId: string): Promise<IdentityResult> {
-    const shared = await this.options.shared?.getJson<SharedIdentity | null>('identity', credentialId);
-    if (shared) return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId) };
+  private async lookup(authorization: string, credentialId: string, budget?: SharedTierBudget): Promise<IdentityResult> {
+    const shared = await this.options.shared?.getJson<SharedIdentity | null>('identity', credentialId, { budget, isValid: isSharedIdentity });
+    if (shared) return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId, budget) };
 
     const res = await this.options.upstream.get('/api/v1/user', { authorization, ...UPSTREAM_HEADERS });
     if (res.status === 200) {
@@ -122,9 +124,9 @@ export class IdentityResolver {
     return { kind: 'refused', response: res };
   }
 
-  private async remember(authorization: string, credentialId: string, userId: number): Promise<Caller> {
+  private async remember(authorization: string, credentialId: string, userId: number, budget?: SharedTierBudget): Promise<Caller> {
     const now = this.options.now();
-    const sharedAdminUntil = await this.options.shared?.getJson<number>('admin', String(userId));
+    const sharedAdminUntil = await this.options.shared?.getJson<number>('admin', String(userId), { budget, isValid: isAdminUntil });
     const previous = this.memo.get(authorization);
     const caller: Caller = {
       userId,
@@ -144,6 +146,17 @@ export class IdentityResolver {
     const oldest = this.memo.keys().next();
     if (!oldest.done) this.memo.delete(oldest.value);
   }
+}
+
+/** What identity.ts writes to the shared store, checked when read back: a user id (a scope), or null (forgotten). */
+function isSharedIdentity(value: unknown): boolean {
+  if (value === null) return true;
+  const userId = (value as Partial<SharedIdentity> | null)?.userId;
+  return typeof value === 'object' && typeof userId === 'number' && Number.isSafeInteger(userId) && userId >= 0;
+}
+
+function isAdminUntil(value: unknown): boolean {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0;
 }
 
 /** The body of GET /user, decoded if the instance compressed it although asked not to. */

@@ -16,6 +16,7 @@
  * accepts a store's answer the same way).
  */
 import { makePath } from '../api/catalogue.js';
+import type { SharedTierBudget } from '../cache/budget.js';
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
@@ -37,7 +38,7 @@ export interface Found {
 /** The cache as the read-through sees it (TieredCache implements it). */
 export interface ReadCache extends FillStore {
   /** Synchronous when the first tier answers; a promise when a lower tier must be asked. */
-  get(key: string, now?: number): Found | undefined | Promise<Found | undefined>;
+  get(key: string, now?: number, budget?: SharedTierBudget): Found | undefined | Promise<Found | undefined>;
   delete(key: string): Promise<void>;
 }
 
@@ -76,14 +77,15 @@ export class ReadThrough {
 
   serve(d: Decision, now: number): Served | Promise<Served> {
     if (!d.mayRead) return this.#afterLookup(d, undefined, now);
-    const found = this.o.cache.get(d.key, now);
+    // The Decision is the request's budget (budget.ts): no allocation on a memory hit.
+    const found = this.o.cache.get(d.key, now, d);
     if (found instanceof Promise) return found.then((f) => this.#afterLookup(d, f, this.o.now()));
     return this.#afterLookup(d, found, now);
   }
 
   /** Upstream is failing and the caller's identity could not be re-verified: stale for `key`, or the failure. */
-  async serveStaleOnly(key: string | undefined, err: UpstreamError): Promise<Served> {
-    const found = key === undefined ? undefined : await this.o.cache.get(key);
+  async serveStaleOnly(key: string | undefined, err: UpstreamError, budget?: SharedTierBudget): Promise<Served> {
+    const found = key === undefined ? undefined : await this.o.cache.get(key, undefined, budget);
     if (found !== undefined && isUsableOnError(found.entry, this.o.now())) {
       return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: 'stale-if-error' } };
     }
@@ -136,6 +138,7 @@ export class ReadThrough {
       key: d.key,
       fillKey: d.fillKey,
       shareable: d.mayRead,
+      budget: d,
       fetch: async (): Promise<Fetched<Unstored>> => {
         const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);
         const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS });
