@@ -18,7 +18,7 @@ export interface FillLock {
 
 /** Where fills are stored: `set` in every tier (the promise is the shared write), `backfill` in the local tiers only. */
 export interface FillStore {
-  set(key: string, entry: CacheEntry): Promise<void> | void;
+  set(key: string, entry: CacheEntry, budget?: SharedTierBudget): Promise<void> | void;
   backfill(key: string, entry: CacheEntry): void;
 }
 
@@ -91,7 +91,7 @@ export class Filler<R> {
     const entry = fetched.entry;
     const stored = bodyLengthOf(entry) <= this.o.maxEntryBytes;
     if (stored) {
-      const write = this.o.store.set(job.key, entry);
+      const write = this.o.store.set(job.key, entry, job.budget);
       onShared?.(write);
     }
     return { kind: 'entry', entry, stored };

@@ -42,16 +42,16 @@ export class RedisSharedStore {
     return value as T;
   }
 
-  /** Stores `value` for `ttlMs`; never rejects. */
-  async setJson(namespace: string, key: string, value: unknown, ttlMs: number): Promise<void> {
+  /** Stores `value` for `ttlMs`; never rejects; sends nothing once `budget` is spent. */
+  async setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void> {
     const connection = this.#connection;
     if (!(ttlMs > 0)) return;
     // Checked before sealing: no point encrypting for a connection that is down.
     if (!connection.healthy()) return connection.recordUnavailable('json');
     const guard = connection.guardFor('json');
-    if (!guard || !connection.canSend()) return;
+    if (!guard || !connection.canSend() || budget?.sharedTierSpent) return;
     const jsonKey = connection.jsonKey(namespace, key);
     const stored = encodeValue(Buffer.from(JSON.stringify(value)), guard, jsonKey);
-    await connection.call('json', (c) => c.set(jsonKey, stored, 'PX', Math.ceil(ttlMs)));
+    await connection.call('json', (c) => c.set(jsonKey, stored, 'PX', Math.ceil(ttlMs)), budget);
   }
 }

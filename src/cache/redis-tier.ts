@@ -82,9 +82,9 @@ export class RedisTier implements CacheTier {
     return stored ? this.fromStored(key, stored, now) : undefined;
   }
 
-  /** Never rejects; resolves once Redis acknowledged (or the write was given up). */
-  set(key: string, entry: CacheEntry): Promise<void> {
-    const write = this.#write(key, entry);
+  /** Never rejects; resolves once Redis acknowledged (or the write was given up, `budget` spent included). */
+  set(key: string, entry: CacheEntry, budget?: SharedTierBudget): Promise<void> {
+    const write = this.#write(key, entry, budget);
     this.#pendingWrites.set(key, write);
     void write.finally(() => {
       if (this.#pendingWrites.get(key) === write) this.#pendingWrites.delete(key);
@@ -139,13 +139,13 @@ export class RedisTier implements CacheTier {
     return expiresAt(decoded.value) > (now ?? this.#now()) ? decoded.value : undefined;
   }
 
-  async #write(key: string, entry: CacheEntry): Promise<void> {
+  async #write(key: string, entry: CacheEntry, budget: SharedTierBudget | undefined): Promise<void> {
     const ttlMs = Math.ceil(expiresAt(entry) - this.#now());
     if (ttlMs <= 0 || bodyLengthOf(entry) > this.maxEntryBytes) return;
     // Checked before encoding: no point compressing and sealing for a connection that is down.
     if (!this.connection.healthy()) return this.connection.recordUnavailable('set');
     const guard = this.connection.guardFor('set');
-    if (!guard || !this.connection.canSend()) return;
+    if (!guard || !this.connection.canSend() || budget?.sharedTierSpent) return;
     const entryKey = this.connection.entryKey(key);
     let stored: Buffer;
     try {
@@ -161,6 +161,7 @@ export class RedisTier implements CacheTier {
         c.set(entryKey, stored, 'PX', ttlMs),
         ...entry.tags.map((tag) => (c as unknown as TagCommands).tmcTagAdd(this.connection.tagKey(tag), entryKey, ttlMs)),
       ]),
+      budget,
     );
   }
 

@@ -36,7 +36,7 @@ export interface CacheTier {
    * Stores the entry until `expiresAt(entry)`; larger-than-allowed or already expired entries
    * are silently skipped. A tier that knows at once may answer whether it stored the entry.
    */
-  set(key: string, entry: CacheEntry): MaybePromise<boolean | void>;
+  set(key: string, entry: CacheEntry, budget?: SharedTierBudget): MaybePromise<boolean | void>;
   /** A tier that knows at once may answer whether an entry was there. */
   delete(key: string): MaybePromise<boolean | void>;
   /** Drops every entry carrying `tag`; answers how many entries this tier dropped. */

@@ -83,11 +83,11 @@ export class TieredCache {
    * Memory is written before this returns; the returned promise is the lower tiers' writes,
    * which never reject: callers may ignore it (fire-and-forget) or await it (tests, shutdown).
    */
-  set(key: string, entry: CacheEntry): Promise<void> {
+  set(key: string, entry: CacheEntry, budget?: SharedTierBudget): Promise<void> {
     this.memory.set(key, entry);
     // The lower tiers store the gzip variant, so with them it is made at once (in the
     // background); a memory-only cache makes it when the first client that accepts gzip asks.
-    return this.#lower.length > 0 ? this.#addGzipAndShare(key, entry) : Promise.resolve();
+    return this.#lower.length > 0 ? this.#addGzipAndShare(key, entry, budget) : Promise.resolve();
   }
 
   /**
@@ -187,7 +187,7 @@ export class TieredCache {
    * In the background: the gzip variant (for clients that accept gzip, and the stored form in
    * the lower tiers), swapped into memory if the entry is still the one there, then the writes.
    */
-  async #addGzipAndShare(key: string, entry: CacheEntry): Promise<void> {
+  async #addGzipAndShare(key: string, entry: CacheEntry, budget: SharedTierBudget | undefined): Promise<void> {
     let shared = entry;
     try {
       shared = await withGzipVariant(entry);
@@ -195,7 +195,7 @@ export class TieredCache {
       // zlib failing is no reason to lose the entry: it is kept and shared without the variant.
     }
     if (shared !== entry) this.memory.replace(key, entry, shared);
-    await Promise.all(this.#lower.map((tier) => settle(() => tier.set(key, shared), undefined)));
+    await Promise.all(this.#lower.map((tier) => settle(() => tier.set(key, shared, budget), undefined)));
   }
 
   #applyRemote(message: InvalidationMessage): void {

@@ -37,7 +37,7 @@ export type IdentityResult =
 export interface SharedStore {
   /** `isValid`: what the reader accepts; anything else read back is a miss (and dropped). */
   getJson<T>(namespace: string, key: string, options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean }): Promise<T | undefined>;
-  setJson(namespace: string, key: string, value: unknown, ttlMs: number): Promise<void>;
+  setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void>;
 }
 
 export interface IdentityOptions {
@@ -114,8 +114,8 @@ export class IdentityResolver {
     if (res.status === 200) {
       const userId = parseUserId(decodedBody(res));
       if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
-      void this.options.shared?.setJson('identity', credentialId, { userId }, this.options.ttlMs);
-      return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId) };
+      void this.options.shared?.setJson('identity', credentialId, { userId }, this.options.ttlMs, budget);
+      return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId, budget) };
     }
     // An instance that fails is not a verdict on the credential: the caller may get stale answers.
     if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);
