@@ -9,46 +9,38 @@
  * request at once with the instance's own answer, and drop the entry.
  */
 import { request } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { CacheEntry } from '../../src/cache/entry.js';
 import { KEY_VERSION } from '../../src/cache/key.js';
-import type { RedisTier } from '../../src/cache/redis-tier.js';
 import type { Config } from '../../src/config/schema.js';
-import { startTestEmulator, type TestEmulator, type TokenInfo } from '../helpers/emulator.js';
-import { httpGet, startTestProxy, type DeepPartial, type TestProxy, type TestResponse } from '../helpers/proxy.js';
-import { startRedis, type RedisHandle } from '../helpers/redis.js';
+import type { TokenInfo } from '../helpers/emulator.js';
+import { httpGet, type DeepPartial, type TestProxy, type TestResponse } from '../helpers/proxy.js';
+import { redisTierOf, replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 
 /** A request that is not answered within this is a hang (a fill from the emulator takes milliseconds). */
 const ANSWER_WITHIN_MS = 1_000;
 
-let emulator: TestEmulator;
-let redis: RedisHandle;
+const env = replicasOverEmulatorAndRedis();
 let member: TokenInfo;
-const proxies: TestProxy[] = [];
-
-beforeAll(async () => {
-  emulator = await startTestEmulator();
-  redis = await startRedis();
-  member = emulator.tokens.member(0);
-});
-afterAll(async () => {
-  await Promise.all(proxies.map((p) => p.close()));
-  await emulator?.close();
-  await redis?.stop();
+beforeAll(() => {
+  member = env.emulator.tokens.member(0);
 });
 
-async function replica(overrides: DeepPartial<Config> = {}): Promise<TestProxy> {
-  const p = await startTestProxy(emulator.url, overrides);
-  proxies.push(p);
+/** A replica sharing the test's Redis (or, with `redis: false`, memory only), connected. */
+async function replica(redis = true): Promise<TestProxy> {
+  const p = await env.replica(redis ? withRedis() : {});
+  if (redis) expect(await redisTierOf(p).connection.ready(5_000)).toBe(true);
   return p;
 }
 
 const withRedis = (): DeepPartial<Config> => ({
   identity: { hmacSecret: Buffer.alloc(32, 5).toString('hex') },
-  cache: { redis: { url: redis.url, commandTimeoutMs: 1_000 } },
+  cache: { redis: { url: env.redis.url, commandTimeoutMs: 1_000 } },
 });
 
 /** GET that fails the test if no complete answer arrives in time, instead of waiting forever. */
+const upstreamJson = async (path: string): Promise<unknown> => (await httpGet(env.emulator.url + path, member.token)).json();
+
 async function getWithin(url: string, token: string): Promise<TestResponse> {
   const res = await request(url, { headers: { authorization: `Bearer ${token}` }, headersTimeout: ANSWER_WITHIN_MS, bodyTimeout: ANSWER_WITHIN_MS });
   const body = Buffer.from(await res.body.arrayBuffer());
@@ -86,24 +78,18 @@ describe('an entry read back from Redis that tm-cache would not have stored', ()
   it.each(PLANTED.map(([what, change], i) => [what, change, i + 2] as const))(
     'is a miss answered at once (%s), counted and deleted',
     async (_what, change, page) => {
-      const writer = await replica(withRedis());
       const path = `/api/v1/projects?page=${page}`;
       const key = `u:${member.user_id}|${KEY_VERSION}|listProjects||page=${page}`;
-      const writerTier = writer.cache.tiers[1] as RedisTier;
-      expect(await writerTier.connection.ready(5_000)).toBe(true);
-      await writerTier.set(key, plantedEntry(change));
+      await redisTierOf(await replica()).set(key, plantedEntry(change));
 
-      const victim = await replica(withRedis());
-      const victimTier = victim.cache.tiers[1] as RedisTier;
-      expect(await victimTier.connection.ready(5_000)).toBe(true);
+      const victim = await replica();
       const res = await getWithin(victim.url + path, member.token);
       expect(res.status).toBe(200);
       expect(res.headers['cache-status']).toMatch(/fwd=uri-miss/);
-      expect(res.json()).toEqual((await httpGet(emulator.url + path, member.token)).json());
-      expect(victimTier.connection.stats().byKind['invalid']).toBe(1);
+      expect(res.json()).toEqual(await upstreamJson(path));
+      expect(redisTierOf(victim).connection.stats().byKind['invalid']).toBe(1);
       // Dropped from Redis: the next fresh replica reads the victim's refill, not the planted entry.
-      const next = await replica(withRedis());
-      expect(await (next.cache.tiers[1] as RedisTier).connection.ready(5_000)).toBe(true);
+      const next = await replica();
       expect((await getWithin(next.url + path, member.token)).json()).not.toEqual({ planted: true });
     },
   );
@@ -113,22 +99,22 @@ describe('a request whose stored answer node refuses to write', () => {
   const bad = plantedEntry({ headers: { 'content-type': 'application/json\r\nx-injected: 1' } });
 
   it('is answered by the instance when the entry came asynchronously (a lower tier)', async () => {
-    const p = await replica();
+    const p = await replica(false);
     // As if a tier had let it through: the pipeline must still answer (writeHead throws).
     Object.assign(p.cache, { get: () => Promise.resolve({ entry: bad, tier: 'redis' }) });
     const res = await getWithin(`${p.url}/api/v1/projects?page=20`, member.token);
     expect(res.status).toBe(200);
     expect(res.headers['x-injected']).toBeUndefined();
-    expect(res.json()).toEqual((await httpGet(`${emulator.url}/api/v1/projects?page=20`, member.token)).json());
+    expect(res.json()).toEqual(await upstreamJson('/api/v1/projects?page=20'));
   });
 
   it('is answered by the instance when the entry came synchronously (memory)', async () => {
-    const p = await replica();
+    const p = await replica(false);
     await p.get('/api/v1/projects?page=21', member.token); // the caller is known: the sync path
     Object.assign(p.cache, { get: () => ({ entry: bad, tier: 'memory' }) });
     const res = await getWithin(`${p.url}/api/v1/projects?page=21`, member.token);
     expect(res.status).toBe(200);
     expect(res.headers['x-injected']).toBeUndefined();
-    expect(res.json()).toEqual((await httpGet(`${emulator.url}/api/v1/projects?page=21`, member.token)).json());
+    expect(res.json()).toEqual(await upstreamJson('/api/v1/projects?page=21'));
   });
 });

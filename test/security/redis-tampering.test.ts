@@ -7,35 +7,18 @@
  * Both stored forms are attacked: sealed (AES-256-GCM, the key in the associated data) and
  * unencrypted (an HMAC over key and value, its key derived from `identity.hmacSecret`).
  */
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { hmacCredential, KEY_VERSION } from '../../src/cache/key.js';
-import type { RedisTier } from '../../src/cache/redis-tier.js';
 import type { Config } from '../../src/config/schema.js';
-import { startTestEmulator, type TestEmulator, type TokenInfo } from '../helpers/emulator.js';
-import { httpGet, startTestProxy, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
-import { startRedis, type RedisHandle } from '../helpers/redis.js';
+import type { TokenInfo } from '../helpers/emulator.js';
+import { httpGet, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
+import { redisTierOf, replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 import { until } from '../helpers/wait.js';
 
 const HMAC_SECRET = Buffer.alloc(32, 9);
 const ENCRYPTION_KEY = Buffer.alloc(32, 3).toString('hex');
 
-let emulator: TestEmulator;
-let redis: RedisHandle;
-let attacker: Redis;
-const proxies: TestProxy[] = [];
-
-beforeAll(async () => {
-  emulator = await startTestEmulator();
-  redis = await startRedis();
-  attacker = new Redis(redis.url);
-});
-afterAll(async () => {
-  await Promise.all(proxies.map((p) => p.close()));
-  attacker?.disconnect();
-  await emulator?.close();
-  await redis?.stop();
-});
+const env = replicasOverEmulatorAndRedis();
 
 const FORMS: Array<[string, DeepPartial<Config['cache']['redis']>]> = [
   ['sealed', { encryptionKeys: { k1: ENCRYPTION_KEY }, encryptionKeyId: 'k1' }],
@@ -51,37 +34,36 @@ describe.each(FORMS)('with %s values in Redis', (form, sealing) => {
   async function replica(): Promise<TestProxy> {
     const overrides: DeepPartial<Config> = {
       identity: { hmacSecret: HMAC_SECRET.toString('hex') },
-      cache: { redis: { url: redis.url, keyPrefix: prefix, commandTimeoutMs: 1_000, ...sealing } },
+      cache: { redis: { url: env.redis.url, keyPrefix: prefix, commandTimeoutMs: 1_000, ...sealing } },
     };
-    const p = await startTestProxy(emulator.url, overrides);
-    proxies.push(p);
+    const p = await env.replica(overrides);
     // With the HMAC secret configured, serving starts without waiting for Redis.
-    expect(await (p.cache.tiers[1] as RedisTier).connection.ready(5_000)).toBe(true);
+    expect(await redisTierOf(p).connection.ready(5_000)).toBe(true);
     return p;
   }
 
-  const statsOf = (p: TestProxy) => (p.cache.tiers[1] as RedisTier).connection.stats();
+  const statsOf = (p: TestProxy) => redisTierOf(p).connection.stats();
   /** What the instance itself answers this token: what the victim must see. */
-  const upstreamBody = async (path: string, who: TokenInfo): Promise<unknown> => (await httpGet(emulator.url + path, who.token)).json();
+  const upstreamBody = async (path: string, who: TokenInfo): Promise<unknown> => (await httpGet(env.emulator.url + path, who.token)).json();
 
   let admin: TokenInfo;
   let member: TokenInfo;
   let filler: TestProxy;
   beforeAll(async () => {
-    admin = emulator.tokens.admin();
-    member = emulator.tokens.member(0);
+    admin = env.emulator.tokens.admin();
+    member = env.emulator.tokens.member(0);
     filler = await replica();
     // The admin's answers land in Redis: the user list (admin scope), their verification, their identity.
     expect((await filler.get('/api/v1/users', admin.token)).status).toBe(200);
-    await until(async () => (await attacker.exists(entryKey('admin', 'listUsers'), `${prefix}json:admin:${admin.user_id}`, identityKey(admin.token))) === 3);
+    await until(async () => (await env.client.exists(entryKey('admin', 'listUsers'), `${prefix}json:admin:${admin.user_id}`, identityKey(admin.token))) === 3);
   });
   beforeEach(async () => {
-    await emulator.resetStats();
+    await env.emulator.resetStats();
   });
 
   it("serves a user none of an entry copied over their own key (COPY admin's user list → u:<id> listProjects)", async () => {
     const victimKey = entryKey(`u:${member.user_id}`, 'listProjects');
-    expect(await attacker.copy(entryKey('admin', 'listUsers'), victimKey, 'REPLACE')).toBe(1);
+    expect(await env.client.copy(entryKey('admin', 'listUsers'), victimKey, 'REPLACE')).toBe(1);
     const victim = await replica();
     const res = await victim.get('/api/v1/projects', member.token);
     expect(res.status).toBe(200);
@@ -95,7 +77,7 @@ describe.each(FORMS)('with %s values in Redis', (form, sealing) => {
   });
 
   it('does not make a member a verified admin when the admin verification is copied over theirs', async () => {
-    await attacker.copy(`${prefix}json:admin:${admin.user_id}`, `${prefix}json:admin:${member.user_id}`, 'REPLACE');
+    await env.client.copy(`${prefix}json:admin:${admin.user_id}`, `${prefix}json:admin:${member.user_id}`, 'REPLACE');
     const victim = await replica();
     const res = await victim.get('/api/v1/users', member.token);
     // The instance's own refusal, relayed; never the admins' shared user list.
@@ -105,12 +87,12 @@ describe.each(FORMS)('with %s values in Redis', (form, sealing) => {
   });
 
   it("does not make a caller another user when an identity is copied over theirs (admin's → member's token)", async () => {
-    await attacker.copy(identityKey(admin.token), identityKey(member.token), 'REPLACE');
+    await env.client.copy(identityKey(admin.token), identityKey(member.token), 'REPLACE');
     const victim = await replica();
     const path = `/api/v1/projects?page=2`;
     const res = await victim.get(path, member.token);
     // The member was identified by the instance, not by the planted mapping.
-    expect((await emulator.stats()).by_route['GET /api/v1/user']).toBe(1);
+    expect((await env.emulator.stats()).by_route['GET /api/v1/user']).toBe(1);
     expect(res.status).toBe(200);
     expect(res.json()).toEqual(await upstreamBody(path, member));
     expect(statsOf(victim).byKind['tampered']).toBe(1);
@@ -119,13 +101,13 @@ describe.each(FORMS)('with %s values in Redis', (form, sealing) => {
   it('does not let a replica waiting on the fill lock take an entry copied under the key it waits for', async () => {
     const victimKey = entryKey(`u:${member.user_id}`, 'listProjects', 'page=3');
     // The attacker holds the fill lock so the victim waits, then plants the entry and releases it.
-    await attacker.set(`${victimKey}:lock`, 'attacker', 'PX', 5_000);
+    await env.client.set(`${victimKey}:lock`, 'attacker', 'PX', 5_000);
     const victim = await replica();
     const pending = victim.get('/api/v1/projects?page=3', member.token);
-    await until(async () => statsOf(victim).total === 0 && (await attacker.pttl(`${victimKey}:lock`)) > 0);
+    await until(async () => statsOf(victim).total === 0 && (await env.client.pttl(`${victimKey}:lock`)) > 0);
     await new Promise((resolve) => setTimeout(resolve, 100)); // the victim is polling by now
-    await attacker.copy(entryKey('admin', 'listUsers'), victimKey, 'REPLACE');
-    await attacker.del(`${victimKey}:lock`);
+    await env.client.copy(entryKey('admin', 'listUsers'), victimKey, 'REPLACE');
+    await env.client.del(`${victimKey}:lock`);
     const res = await pending;
     expect(res.status).toBe(200);
     expect(res.json()).toEqual(await upstreamBody('/api/v1/projects?page=3', member));

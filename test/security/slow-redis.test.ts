@@ -10,58 +10,50 @@
  */
 import { Redis } from 'ioredis';
 import { request } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { RedisTier } from '../../src/cache/redis-tier.js';
 import type { Config } from '../../src/config/schema.js';
-import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
-import { startTestProxy, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
-import { startRedis, type RedisHandle } from '../helpers/redis.js';
+import type { DeepPartial, TestProxy } from '../helpers/proxy.js';
+import { redisTierOf, replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 import { until } from '../helpers/wait.js';
 
 const COMMAND_TIMEOUT_MS = 100;
 /** Longer than any test below needs Redis stalled; each test waits for its pause to end. */
 const PAUSE_MS = 2_500;
 
-let emulator: TestEmulator;
-let redis: RedisHandle;
-let admin: Redis;
-const proxies: TestProxy[] = [];
-
-beforeAll(async () => {
-  emulator = await startTestEmulator();
-  redis = await startRedis();
-  admin = new Redis(redis.url);
-});
-afterAll(async () => {
-  await Promise.all(proxies.map((p) => p.close()));
-  admin?.disconnect();
-  await emulator?.close();
-  await redis?.stop();
-});
+const env = replicasOverEmulatorAndRedis();
 
 async function replica(redisSettings: DeepPartial<Config['cache']['redis']>): Promise<TestProxy> {
-  await admin.ping(); // no pause of an earlier test still in effect
-  const p = await startTestProxy(emulator.url, { cache: { redis: { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, ...redisSettings } } });
-  proxies.push(p);
-  return p;
+  await env.client.ping(); // no pause of an earlier test still in effect
+  return env.replica({ cache: { redis: { url: env.redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, ...redisSettings } } });
 }
 
 function statsOf(p: TestProxy): ReturnType<RedisTier['connection']['stats']> {
-  return (p.cache.tiers[1] as RedisTier).connection.stats();
+  return redisTierOf(p).connection.stats();
 }
 
 /** A first request by `token`, then until its fill lock is released: nothing of it is left in flight. */
 async function warmUp(p: TestProxy, token: string): Promise<void> {
   expect((await p.get('/api/v1/projects', token)).status).toBe(200);
-  await until(async () => (await admin.keys('*:lock')).length === 0);
+  await until(async () => (await env.client.keys('*:lock')).length === 0);
 }
 
-/** Stalls the server: from now until `PAUSE_MS` later it answers nothing. `ended` resolves when it answers again. */
-async function stallRedis(): Promise<{ ended: Promise<void> }> {
-  await admin.call('CLIENT', 'PAUSE', String(PAUSE_MS), 'ALL');
-  const probe = new Redis(redis.url);
-  // Wrapped: an async function returning a bare promise would wait for it.
-  return { ended: probe.ping().then(() => probe.disconnect()) };
+/**
+ * A replica whose caller `token` is known, then the server stalled: from now until `PAUSE_MS`
+ * later it answers nothing. `ended` resolves when it answers again.
+ */
+async function stalledReplica(settings: DeepPartial<Config['cache']['redis']>, token: string): Promise<{ p: TestProxy; ended: Promise<void> }> {
+  const p = await replica(settings);
+  await warmUp(p, token);
+  await env.client.call('CLIENT', 'PAUSE', String(PAUSE_MS), 'ALL');
+  const probe = new Redis(env.redis.url);
+  return { p, ended: probe.ping().then(() => probe.disconnect()) };
+}
+
+async function readiness(p: TestProxy): Promise<{ status: string; checks: { redis: { status: string; detail?: string } } }> {
+  const res = await request(`${p.managementUrl}/readyz`);
+  expect(res.statusCode).toBe(200);
+  return (await res.body.json()) as { status: string; checks: { redis: { status: string; detail?: string } } };
 }
 
 /** Failures by kind that happened between two stats snapshots. */
@@ -74,10 +66,9 @@ function delta(before: ReturnType<typeof statsOf>, after: ReturnType<typeof stat
 describe('a stalled Redis', () => {
   it('costs a miss exactly one timed-out command, and a first sight of a token one too', async () => {
     // The breaker out of the way: this is the per-request budget alone.
-    const p = await replica({ breakerThreshold: 1_000 });
-    const [m0, m1] = [emulator.tokens.member(0), emulator.tokens.member(1)];
-    await warmUp(p, m0.token); // m0's identity is now in the process's memo
-    const { ended } = await stallRedis();
+    const [m0, m1] = [env.emulator.tokens.member(0), env.emulator.tokens.member(1)];
+    // m0's identity is in the process's memo; m1 is not known yet.
+    const { p, ended } = await stalledReplica({ breakerThreshold: 1_000 }, m0.token);
     for (const page of [2, 3, 4]) {
       const before = statsOf(p);
       const res = await p.get(`/api/v1/projects/${m0.project_ids[0]}/runs?per_page=25&page=${page}`, m0.token);
@@ -95,10 +86,8 @@ describe('a stalled Redis', () => {
   });
 
   it('is skipped by every request once breakerThreshold timeouts came in a row, and /readyz says why', async () => {
-    const p = await replica({ breakerThreshold: 3, breakerCooldownMs: 60_000 });
-    const member = emulator.tokens.member(2);
-    await warmUp(p, member.token);
-    const { ended } = await stallRedis();
+    const member = env.emulator.tokens.member(2);
+    const { p, ended } = await stalledReplica({ breakerThreshold: 3, breakerCooldownMs: 60_000 }, member.token);
     const before = statsOf(p);
     const misses = 8;
     for (let page = 2; page < 2 + misses; page++) {
@@ -108,21 +97,17 @@ describe('a stalled Redis', () => {
     // Three timeouts open the breaker; the other five misses sent nothing to Redis.
     expect(after.total - before.total).toBe(3);
     expect(after.skipped - before.skipped).toBeGreaterThanOrEqual(misses - 3);
-    const ready = await request(`${p.managementUrl}/readyz`);
-    const body = (await ready.body.json()) as { status: string; checks: { redis: { status: string; detail: string } } };
-    expect(ready.statusCode).toBe(200);
+    const body = await readiness(p);
     expect(body.status).toBe('degraded');
     expect(body.checks.redis.detail).toMatch(/circuit open after 3 consecutive failures \(last: Command timed out\)/);
     await ended;
   });
 
   it('is used again after the cool-down, once one probe command succeeds', async () => {
-    const p = await replica({ breakerThreshold: 2, breakerCooldownMs: 300 });
-    const member = emulator.tokens.member(0);
-    await warmUp(p, member.token);
-    const { ended } = await stallRedis();
+    const member = env.emulator.tokens.member(0);
+    const { p, ended } = await stalledReplica({ breakerThreshold: 2, breakerCooldownMs: 300 }, member.token);
     for (const page of [2, 3]) await p.get(`/api/v1/projects?page=${page}`, member.token);
-    const ready = async (): Promise<string> => ((await (await request(`${p.managementUrl}/readyz`)).body.json()) as { status: string }).status;
+    const ready = async (): Promise<string> => (await readiness(p)).status;
     expect(await ready()).toBe('degraded');
     await ended;
     // Past the cool-down the next request's lookup is the probe: it succeeds, the breaker closes.
