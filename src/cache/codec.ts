@@ -32,37 +32,75 @@
  * fast but only 4.4x and not an HTTP content coding.
  * Bodies under MIN_COMPRESS_BYTES are stored as they are: the saving is not worth a pass.
  */
+import { createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
 import { promisify } from 'node:util';
 import * as zlib from 'node:zlib';
-import { bodyLengthOf, gzipEtagOf, type CacheEntry } from './entry.js';
+import { bodyLengthOf, gzipEtagOf, whyNotStorable, type CacheEntry, type StoredMeta } from './entry.js';
 import { openSealed, seal, sealedKeyId, type Keyring } from './keyring.js';
 
 export type { Keyring } from './keyring.js';
 
-/** Bumped whenever the layout changes: an older or newer value is a miss, never an error. */
-export const FORMAT_VERSION = 2;
+/**
+ * Bumped whenever the layout changes: an older or newer value is a miss, never an error.
+ * 3: every value is bound to the Redis key it is stored under (AAD or MAC, below).
+ */
+export const FORMAT_VERSION = 3;
 export const GZIP_LEVEL = 6;
 export const MIN_COMPRESS_BYTES = 1024;
 /** A decoded body is never larger: a planted "decompression bomb" fails (→ a miss) instead. */
 export const MAX_DECODED_BODY_BYTES = 64 * 1024 * 1024;
 
 const FLAG_GZIP = 0b01;
-/** The payload is sealed (keyring.ts); a value's sealing must match the reader's keyring. */
+/** The payload is sealed (keyring.ts), the Redis key in its associated data. */
 const FLAG_SEALED = 0b10;
+/** The payload is followed by an HMAC-SHA256 over the Redis key and the value (no keyring). */
+const FLAG_MAC = 0b100;
+const PROTECTION = FLAG_SEALED | FLAG_MAC;
 /** Marks a small sealed value (JSON, secret) so it can never be mistaken for an entry. */
 const FLAG_VALUE = 0b1000_0000;
 const META_LENGTH_BYTES = 4;
+const MAC_BYTES = 32;
+/** RFC 5869 `info`: the MAC key is for this one use, never the identity HMAC secret itself. */
+const MAC_KEY_INFO = 'tm-cache redis value binding v1';
 
 const gzipAsync = promisify(zlib.gzip);
 
-type EntryMeta = Omit<CacheEntry, 'body' | 'gzip'>;
+/**
+ * How values are bound to the key they are stored under. With a keyring: sealed, the key in the
+ * GCM associated data. Else with a MAC key: an HMAC over key and value. With neither: as they are,
+ * which only the root of trust (the generated HMAC secret, redis-secrets.ts) may use.
+ */
+export interface ValueGuard {
+  readonly keyring?: Keyring | undefined;
+  readonly macKey?: Buffer | undefined;
+}
 
 /**
- * Layout: [version u8][flags u8: gzip, sealed][payload]. The payload, sealed when a keyring is given
- * (keyring.ts adds key id, IV and tag), is [metaLength u32 BE][meta JSON][body (compressed)].
- * Metadata is sealed with the body: headers and tags (project ids) are not for Redis readers.
+ * What a stored value turned out to be: the value; `foreign` (another version, key id or kind of
+ * protection: maybe another replica's during a rollout or rotation, so left in place); or
+ * `rejected`, a value of our own form that fails authentication (`tampered`: not written for
+ * this key, or altered) or validation (`invalid`): to be deleted.
  */
-export async function encodeEntry(entry: CacheEntry, keyring?: Keyring): Promise<Buffer> {
+export type Decoded<T> =
+  | { readonly kind: 'ok'; readonly value: T }
+  | { readonly kind: 'foreign' }
+  | { readonly kind: 'rejected'; readonly reason: 'tampered' | 'invalid'; readonly detail: string };
+
+const FOREIGN = Object.freeze({ kind: 'foreign' as const });
+const rejected = (reason: 'tampered' | 'invalid', detail: string): Decoded<never> => ({ kind: 'rejected', reason, detail });
+
+/** The MAC key for values, from the identity HMAC secret: HKDF-SHA256 (RFC 5869), no salt, a label. */
+export function deriveMacKey(secret: Buffer): Buffer {
+  return Buffer.from(hkdfSync('sha256', secret, Buffer.alloc(0), MAC_KEY_INFO, 32));
+}
+
+/**
+ * Layout: [version u8][flags u8: gzip, sealed | mac][payload][mac?]. The payload, sealed when a
+ * keyring is given (keyring.ts adds key id, IV and tag), is [metaLength u32 BE][meta JSON][body
+ * (compressed)]. Metadata is sealed with the body: headers and tags (project ids) are not for
+ * Redis readers. `boundTo` is the Redis key the value is written under.
+ */
+export async function encodeEntry(entry: CacheEntry, guard: ValueGuard, boundTo: string): Promise<Buffer> {
   const withGzip = await withGzipVariant(entry);
   const compressed = withGzip.gzip !== undefined;
   const body = withGzip.gzip ?? withGzip.body;
@@ -71,8 +109,7 @@ export async function encodeEntry(entry: CacheEntry, keyring?: Keyring): Promise
   plain.writeUInt32BE(meta.length, 0);
   meta.copy(plain, META_LENGTH_BYTES);
   body.copy(plain, META_LENGTH_BYTES + meta.length);
-  const header = Buffer.from([FORMAT_VERSION, (compressed ? FLAG_GZIP : 0) | (keyring ? FLAG_SEALED : 0)]);
-  return Buffer.concat([header, keyring ? seal(plain, keyring, header) : plain]);
+  return protect(plain, compressed ? FLAG_GZIP : 0, guard, boundTo);
 }
 
 /**
@@ -86,28 +123,39 @@ export async function withGzipVariant(entry: CacheEntry): Promise<CacheEntry> {
 }
 
 /**
- * The entry, or undefined for anything that is not a well-formed value of this version that
- * this keyring can open (unknown key id, tampered bytes, plaintext while a keyring is set).
+ * The entry stored under `boundTo`, checked: written for that key under this guard, and
+ * something tm-cache would have stored (entry.ts whyNotStorable) before it can reach a socket.
  */
-export async function decodeEntry(stored: Buffer, keyring?: Keyring): Promise<CacheEntry | undefined> {
+export async function openEntry(stored: Buffer, guard: ValueGuard, boundTo: string): Promise<Decoded<CacheEntry>> {
+  if (stored.length < 2 || stored[0] !== FORMAT_VERSION) return FOREIGN;
+  const flags = stored[1]!;
+  if ((flags & ~(FLAG_GZIP | PROTECTION)) !== 0) return FOREIGN;
+  const opened = openPayload(stored, guard, boundTo);
+  if (!Buffer.isBuffer(opened)) return opened;
   try {
-    if (stored.length < 2 || stored[0] !== FORMAT_VERSION) return undefined;
-    const flags = stored[1]!;
-    if ((flags & ~(FLAG_GZIP | FLAG_SEALED)) !== 0) return undefined;
-    const plain = openPayload(stored, keyring);
-    if (!plain) return undefined;
-    const metaLength = plain.readUInt32BE(0);
-    const meta = parseMeta(plain.subarray(META_LENGTH_BYTES, META_LENGTH_BYTES + metaLength));
-    if (!meta) return undefined;
-    const rawBody = plain.subarray(META_LENGTH_BYTES + metaLength);
-    if (!(flags & FLAG_GZIP)) return { ...meta, body: Buffer.from(rawBody) };
-    if (meta.bodyLength === undefined || meta.bodyLength > MAX_DECODED_BODY_BYTES) return undefined;
-    if (!looksLikeGzipOf(rawBody, meta.bodyLength)) return undefined;
-    // A view, not a copy: the stored value was read (or decrypted) into a buffer of our own.
-    return lazyEntry(meta, meta.bodyLength, rawBody);
-  } catch {
-    return undefined;
+    return parseEntry(opened, (flags & FLAG_GZIP) !== 0);
+  } catch (error) {
+    return rejected('invalid', error instanceof Error ? error.message : String(error));
   }
+}
+
+/** As `openEntry`, the entry or undefined (tests, benches). */
+export async function decodeEntry(stored: Buffer, guard: ValueGuard, boundTo: string): Promise<CacheEntry | undefined> {
+  const decoded = await openEntry(stored, guard, boundTo);
+  return decoded.kind === 'ok' ? decoded.value : undefined;
+}
+
+function parseEntry(plain: Buffer, gzipped: boolean): Decoded<CacheEntry> {
+  const metaLength = plain.readUInt32BE(0);
+  if (META_LENGTH_BYTES + metaLength > plain.length) return rejected('invalid', 'metadata length');
+  const meta = parseMeta(plain.subarray(META_LENGTH_BYTES, META_LENGTH_BYTES + metaLength));
+  if (typeof meta === 'string') return rejected('invalid', meta);
+  const rawBody = plain.subarray(META_LENGTH_BYTES + metaLength);
+  if (!gzipped) return { kind: 'ok', value: { ...meta, body: Buffer.from(rawBody) } };
+  if (meta.bodyLength === undefined || meta.bodyLength > MAX_DECODED_BODY_BYTES) return rejected('invalid', 'bodyLength');
+  if (!looksLikeGzipOf(rawBody, meta.bodyLength)) return rejected('invalid', 'gzip stream');
+  // A view, not a copy: the stored value was read (or decrypted) into a buffer of our own.
+  return { kind: 'ok', value: lazyEntry(meta, meta.bodyLength, rawBody) };
 }
 
 /** The key id an entry or value was sealed with; undefined when it is not sealed. */
@@ -115,27 +163,70 @@ export function storedKeyId(stored: Buffer): string | undefined {
   return stored.length > 2 && stored[1]! & FLAG_SEALED ? sealedKeyId(stored.subarray(2)) : undefined;
 }
 
-/** A small value (JSON, a secret) in the same envelope as entries: versioned, sealed if a keyring is set. */
-export function encodeValue(plain: Buffer, keyring?: Keyring): Buffer {
-  const header = Buffer.from([FORMAT_VERSION, FLAG_VALUE | (keyring ? FLAG_SEALED : 0)]);
-  return Buffer.concat([header, keyring ? seal(plain, keyring, header) : plain]);
+/** A small value (JSON, a secret) in the same envelope as entries: versioned, bound to `boundTo`. */
+export function encodeValue(plain: Buffer, guard: ValueGuard, boundTo: string): Buffer {
+  return protect(plain, FLAG_VALUE, guard, boundTo);
 }
 
-export function decodeValue(stored: Buffer, keyring?: Keyring): Buffer | undefined {
-  if (stored.length < 2 || stored[0] !== FORMAT_VERSION || (stored[1]! & ~FLAG_SEALED) !== FLAG_VALUE) return undefined;
-  return openPayload(stored, keyring);
+export function openValue(stored: Buffer, guard: ValueGuard, boundTo: string): Decoded<Buffer> {
+  if (stored.length < 2 || stored[0] !== FORMAT_VERSION || (stored[1]! & ~PROTECTION) !== FLAG_VALUE) return FOREIGN;
+  const opened = openPayload(stored, guard, boundTo);
+  return Buffer.isBuffer(opened) ? { kind: 'ok', value: opened } : opened;
+}
+
+/** As `openValue`, the plaintext or undefined (tests). */
+export function decodeValue(stored: Buffer, guard: ValueGuard, boundTo: string): Buffer | undefined {
+  const decoded = openValue(stored, guard, boundTo);
+  return decoded.kind === 'ok' ? decoded.value : undefined;
+}
+
+function protect(plain: Buffer, flags: number, guard: ValueGuard, boundTo: string): Buffer {
+  if (guard.keyring) {
+    const header = Buffer.from([FORMAT_VERSION, flags | FLAG_SEALED]);
+    return Buffer.concat([header, seal(plain, guard.keyring, associatedData(header, boundTo))]);
+  }
+  const header = Buffer.from([FORMAT_VERSION, flags | (guard.macKey ? FLAG_MAC : 0)]);
+  return Buffer.concat(guard.macKey ? [header, plain, macOf(guard.macKey, header, boundTo, plain)] : [header, plain]);
 }
 
 /**
- * The plaintext after the 2-byte header. Sealing must match the keyring: with one, an unsealed
- * value could have been planted by anyone with write access to Redis (cache poisoning); without
- * one, a sealed value cannot be read. Either way: undefined, a miss.
+ * The plaintext after the 2-byte header, if the value was written for `boundTo` under this guard.
+ * The kind of protection must be the reader's own: with a keyring, a value without one could
+ * have been planted by anyone with write access to Redis (cache poisoning); without one, a sealed
+ * value cannot be read. Either is `foreign`, as is a key id this keyring does not hold.
  */
-function openPayload(stored: Buffer, keyring: Keyring | undefined): Buffer | undefined {
-  const sealed = (stored[1]! & FLAG_SEALED) !== 0;
-  if (sealed !== (keyring !== undefined)) return undefined;
+function openPayload(stored: Buffer, guard: ValueGuard, boundTo: string): Buffer | Decoded<never> {
+  const mode = stored[1]! & PROTECTION;
+  if (mode !== (guard.keyring ? FLAG_SEALED : guard.macKey ? FLAG_MAC : 0)) return FOREIGN;
+  const header = stored.subarray(0, 2);
   const payload = stored.subarray(2);
-  return keyring ? openSealed(payload, keyring, stored.subarray(0, 2)) : payload;
+  if (guard.keyring) {
+    const keyId = sealedKeyId(payload);
+    if (keyId === undefined || !Object.hasOwn(guard.keyring.keys, keyId)) return FOREIGN;
+    return openSealed(payload, guard.keyring, associatedData(header, boundTo)) ?? rejected('tampered', 'authentication tag');
+  }
+  if (!guard.macKey) return payload;
+  if (payload.length < MAC_BYTES) return rejected('tampered', 'truncated');
+  const plain = payload.subarray(0, payload.length - MAC_BYTES);
+  const mac = payload.subarray(payload.length - MAC_BYTES);
+  return timingSafeEqual(mac, macOf(guard.macKey, header, boundTo, plain)) ? plain : rejected('tampered', 'mac');
+}
+
+/**
+ * GCM associated data (NIST SP 800-38D §5.2.1.1: authenticated, not encrypted): the header and
+ * the Redis key, length-prefixed so that no (key, key id) pair can read as another. A value
+ * copied under another key fails its tag.
+ */
+function associatedData(header: Buffer, boundTo: string): Buffer {
+  const key = Buffer.from(boundTo);
+  const length = Buffer.allocUnsafe(4);
+  length.writeUInt32BE(key.length, 0);
+  return Buffer.concat([header, length, key]);
+}
+
+/** HMAC-SHA256 over header, length-prefixed Redis key and payload: the unencrypted binding. */
+function macOf(macKey: Buffer, header: Buffer, boundTo: string, plain: Buffer): Buffer {
+  return createHmac('sha256', macKey).update(associatedData(header, boundTo)).update(plain).digest();
 }
 
 /**
@@ -145,7 +236,7 @@ function openPayload(stored: Buffer, keyring: Keyring | undefined): Buffer | und
  * the announced length); a stream that still fails to decode makes the getter throw, which
  * `readBody` (entry.ts) turns into "no entry" for the callers that serve it.
  */
-function lazyEntry(meta: EntryMeta, bodyLength: number, gzip: Buffer): CacheEntry {
+function lazyEntry(meta: StoredMeta, bodyLength: number, gzip: Buffer): CacheEntry {
   return new StoredEntry(meta, bodyLength, gzip);
 }
 
@@ -166,7 +257,7 @@ class StoredEntry implements CacheEntry {
   #body: Buffer | undefined;
 
   constructor(
-    meta: EntryMeta,
+    meta: StoredMeta,
     readonly bodyLength: number,
     readonly gzip: Buffer,
   ) {
@@ -193,18 +284,14 @@ function looksLikeGzipOf(bytes: Buffer, length: number): boolean {
   return bytes.length >= 18 && bytes[0] === 0x1f && bytes[1] === 0x8b && bytes.readUInt32LE(bytes.length - 4) === length % 2 ** 32;
 }
 
-function metaOf(entry: CacheEntry): EntryMeta {
+function metaOf(entry: CacheEntry): StoredMeta {
   const { status, headers, etag, storedAt, freshUntil, staleWhileRevalidateUntil, staleIfErrorUntil, tags, gzipEtag } = entry;
   return { status, headers, etag, storedAt, freshUntil, staleWhileRevalidateUntil, staleIfErrorUntil, tags, gzipEtag, bodyLength: bodyLengthOf(entry) };
 }
 
 /** Checks the shape rather than trusting it: a value of the right version can still be wrong. */
-function parseMeta(bytes: Buffer): EntryMeta | undefined {
-  const meta = JSON.parse(bytes.toString('utf8')) as Partial<EntryMeta> | null;
-  if (!meta || typeof meta !== 'object') return undefined;
-  const times = [meta.storedAt, meta.freshUntil, meta.staleWhileRevalidateUntil, meta.staleIfErrorUntil];
-  if (typeof meta.status !== 'number' || typeof meta.etag !== 'string') return undefined;
-  if (!times.every((t) => typeof t === 'number')) return undefined;
-  if (!meta.headers || typeof meta.headers !== 'object' || !Array.isArray(meta.tags)) return undefined;
-  return meta as EntryMeta;
+function parseMeta(bytes: Buffer): StoredMeta | string {
+  const meta = JSON.parse(bytes.toString('utf8')) as StoredMeta | null;
+  if (!meta || typeof meta !== 'object' || Array.isArray(meta)) return 'metadata';
+  return whyNotStorable(meta) ?? meta;
 }

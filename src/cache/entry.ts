@@ -90,3 +90,54 @@ export function ageSeconds(entry: CacheEntry, now: number): number {
 export function ttlSeconds(entry: CacheEntry, now: number): number {
   return Math.floor((entry.freshUntil - now) / 1000);
 }
+
+/**
+ * What tm-cache ever stores (src/proxy/storable.ts makeEntry): a 200, with these headers only.
+ * An entry read back from a shared store is checked against them before it can reach a socket
+ * (CONVENTIONS: "A value knows where it belongs"): node's writeHead throws on anything else.
+ */
+export const STORED_STATUSES: ReadonlySet<number> = new Set([200]);
+export const STORED_HEADER_NAMES: ReadonlySet<string> = new Set(['content-type', 'etag', 'cache-control', 'vary']);
+
+/** RFC 9110 §5.5 field-value, VCHAR only (no obs-text), inner SP/HTAB: no CR, LF or NUL can pass. */
+const FIELD_VALUE = /^[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?$/;
+/** RFC 9110 §8.8.3 strong entity-tag: DQUOTE *etagc DQUOTE, etagc without obs-text. */
+const STRONG_ETAG = /^"[\x21\x23-\x7e]*"$/;
+
+/** The entry's metadata as read back from a store, before it is trusted. */
+export type StoredMeta = Omit<CacheEntry, 'body' | 'gzip'>;
+
+/**
+ * Why `meta` is not something tm-cache would have stored, or undefined when it is: status,
+ * header names and values, ETags, times in order, tags. Paid once per read from Redis, never on
+ * a memory hit (the entry then lives in memory already checked).
+ */
+export function whyNotStorable(meta: StoredMeta): string | undefined {
+  if (!STORED_STATUSES.has(meta.status)) return `status ${String(meta.status)}`;
+  if (!isStrongEtag(meta.etag) || (meta.gzipEtag !== undefined && !isStrongEtag(meta.gzipEtag))) return 'etag';
+  const headers = meta.headers;
+  if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) return 'headers';
+  for (const [name, value] of Object.entries(headers)) {
+    if (!STORED_HEADER_NAMES.has(name)) return `header ${JSON.stringify(name.slice(0, 40))}`;
+    if (typeof value !== 'string' || !FIELD_VALUE.test(value)) return `header ${name} value`;
+  }
+  if (headers['etag'] !== undefined && headers['etag'] !== meta.etag) return 'etag header';
+  if (!timesInOrder(meta)) return 'times';
+  // Tags only ever name what an invalidation drops; they are never written to a socket.
+  if (!Array.isArray(meta.tags) || !meta.tags.every((tag) => typeof tag === 'string')) return 'tags';
+  const length = meta.bodyLength;
+  if (length !== undefined && !(Number.isSafeInteger(length) && length >= 0)) return 'bodyLength';
+  return undefined;
+}
+
+function isStrongEtag(etag: unknown): boolean {
+  return typeof etag === 'string' && etag.length <= 200 && STRONG_ETAG.test(etag);
+}
+
+/** Stored, then fresh, then usable stale: finite and in that order (policy.ts never writes otherwise). */
+function timesInOrder(meta: StoredMeta): boolean {
+  const { storedAt, freshUntil, staleWhileRevalidateUntil, staleIfErrorUntil } = meta;
+  const times = [storedAt, freshUntil, staleWhileRevalidateUntil, staleIfErrorUntil];
+  if (!times.every((t) => typeof t === 'number' && Number.isFinite(t) && t >= 0)) return false;
+  return storedAt <= freshUntil && freshUntil <= staleWhileRevalidateUntil && freshUntil <= staleIfErrorUntil;
+}

@@ -5,19 +5,20 @@
  * rules: the job's `fetch` says what is an entry to store and what is anything else, which is
  * handed back unstored (policy lives in the read-through; prow's ghcache layers it the same way).
  */
+import type { SharedTierBudget } from './budget.js';
 import { Coalescer, type CoalescedRun } from './coalesce.js';
 import { bodyLengthOf, type CacheEntry } from './entry.js';
 
 /** Cross-replica fill lock (the Redis tier): one replica fills, the others wait for its result. */
 export interface FillLock {
-  tryLock(key: string, ttlMs: number): Promise<string | undefined>;
+  tryLock(key: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined>;
   unlock(key: string, token: string): Promise<void>;
-  waitFor(key: string, timeoutMs: number): Promise<CacheEntry | undefined>;
+  waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget): Promise<CacheEntry | undefined>;
 }
 
 /** Where fills are stored: `set` in every tier (the promise is the shared write), `backfill` in the local tiers only. */
 export interface FillStore {
-  set(key: string, entry: CacheEntry): Promise<void> | void;
+  set(key: string, entry: CacheEntry, budget?: SharedTierBudget): Promise<void> | void;
   backfill(key: string, entry: CacheEntry): void;
 }
 
@@ -32,6 +33,8 @@ export interface FillJob<R> {
   readonly fillKey: string;
   /** May this fill take, or wait on, the cross-replica lock of `key`? (Only a caller who may read `key`.) */
   readonly shareable: boolean;
+  /** The leading request's allowance for waiting on the lock's store (budget.ts). */
+  readonly budget?: SharedTierBudget | undefined;
   fetch(): Promise<Fetched<R>>;
 }
 
@@ -64,9 +67,9 @@ export class Filler<R> {
   async #fill(job: FillJob<R>): Promise<FillResult<R>> {
     const lock = this.o.lock;
     if (lock === undefined || !job.shareable || job.key !== job.fillKey) return this.#fetchAndStore(job);
-    const token = await lock.tryLock(job.key, this.o.lockTtlMs);
+    const token = await lock.tryLock(job.key, this.o.lockTtlMs, job.budget);
     if (token === undefined) {
-      const filled = await lock.waitFor(job.key, this.o.lockWaitMs);
+      const filled = await lock.waitFor(job.key, this.o.lockWaitMs, job.budget);
       if (filled !== undefined) {
         this.o.store.backfill(job.key, filled);
         return { kind: 'entry', entry: filled, stored: true };
@@ -88,7 +91,7 @@ export class Filler<R> {
     const entry = fetched.entry;
     const stored = bodyLengthOf(entry) <= this.o.maxEntryBytes;
     if (stored) {
-      const write = this.o.store.set(job.key, entry);
+      const write = this.o.store.set(job.key, entry, job.budget);
       onShared?.(write);
     }
     return { kind: 'entry', entry, stored };

@@ -5,7 +5,14 @@
  *
  * The failure rule, for every role: an error, a timeout or a disconnection is counted and
  * logged (rate-limited, failure-log.ts) and answered as "nothing there" — `call` never
- * rejects, and no call waits longer than the command timeout (redis-client.ts).
+ * rejects, and no call waits longer than the command timeout (redis-client.ts). A timeout
+ * spends the request's budget (budget.ts: nothing more is sent for that request), and repeated
+ * ones open the circuit breaker (breaker.ts: nothing is sent by anyone for a cool-down).
+ *
+ * The trust rule: every value read back is bound to the key it was read from (codec.ts: GCM
+ * associated data, or an HMAC under a key derived from the identity HMAC secret). Until
+ * `bind(secret)`, only the secrets role (the root of trust) reads or writes; a value that does
+ * not belong under its key is a miss, counted, logged and deleted (`refuse`).
  *
  * Key layout (prefix `tmc:`): `tmc:{<key>}` entry, `tmc:{<key>}:lock` its fill lock (the hash
  * tag puts both in one cluster slot, so one script can read both), `tmc:tag:<tag>` the set of
@@ -13,8 +20,11 @@
  * `tmc:invalidate` the invalidation channel.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Cluster } from 'ioredis';
-import { DEFAULT_KEY_PREFIX } from '../config/schema.js';
+import { Cluster, ReplyError } from 'ioredis';
+import { DEFAULT_BREAKER_COOLDOWN_MS, DEFAULT_BREAKER_THRESHOLD, DEFAULT_KEY_PREFIX } from '../config/schema.js';
+import { CircuitBreaker } from './breaker.js';
+import type { SharedTierBudget } from './budget.js';
+import { deriveMacKey, type Decoded, type ValueGuard } from './codec.js';
 import { FailureLog, silentLogger, type FailureCounts, type TierLogger } from './failure-log.js';
 import { assertKeyring, type Keyring } from './keyring.js';
 import { createRedisClient, type RedisClient, type RedisConnectionOptions } from './redis-client.js';
@@ -27,11 +37,17 @@ export interface RedisConnectionSettings extends RedisConnectionOptions {
   logger?: TierLogger;
   /** At most one log line per failure kind per this interval. */
   logIntervalMs?: number;
+  /** Consecutive timeouts/errors that open the circuit breaker; default 3. */
+  breakerThreshold?: number;
+  /** How long the open breaker skips Redis before a probe (ms); default 1000. */
+  breakerCooldownMs?: number;
 }
 
 export interface RedisFailureStats extends FailureCounts {
   /** Alias of `total`: every error, timeout, disconnection or undecodable value, of every role. */
   errors: number;
+  /** Commands not sent because the circuit breaker was open. */
+  skipped: number;
 }
 
 export interface RedisConnectionStatus {
@@ -64,6 +80,9 @@ export class RedisConnection {
   readonly #client: RedisClient;
   readonly #settings: RedisConnectionSettings;
   readonly #logger: TierLogger;
+  readonly #breaker: CircuitBreaker;
+  /** How values are bound to their keys; undefined until `bind()`. */
+  #guard: ValueGuard | undefined;
   #subscriber: RedisClient | undefined;
   #subscribed = false;
   #closed = false;
@@ -77,6 +96,10 @@ export class RedisConnection {
     this.mode = this.#client instanceof Cluster ? 'cluster' : 'single';
     this.#logger = settings.logger ?? silentLogger;
     this.failures = new FailureLog(this.#logger, settings.logIntervalMs);
+    this.#breaker = new CircuitBreaker({
+      threshold: settings.breakerThreshold ?? DEFAULT_BREAKER_THRESHOLD,
+      cooldownMs: settings.breakerCooldownMs ?? DEFAULT_BREAKER_COOLDOWN_MS,
+    });
     watchConnection(this.#client, 'connection', this.failures, this.#logger, () => this.#closed);
   }
 
@@ -105,6 +128,57 @@ export class RedisConnection {
     return !this.#closed && this.#client.status === 'ready';
   }
 
+  /** Worth encoding a value for: connected, and the breaker closed. */
+  canSend(): boolean {
+    return this.healthy() && this.#breaker.openReason() === undefined;
+  }
+
+  /** Why Redis is not used now (disconnected, or the breaker open); undefined when it is. */
+  degradedReason(): string | undefined {
+    if (!this.healthy()) return `redis ${this.#client.status}: serving from memory`;
+    const open = this.#breaker.openReason();
+    return open === undefined ? undefined : `redis ${open}: serving from memory`;
+  }
+
+  /**
+   * Binds every value to its key from now on: the MAC key is derived from the identity HMAC
+   * secret (RFC 5869 HKDF), known only once the secrets role has resolved it. The server calls
+   * this before it serves any request.
+   */
+  bind(secret: Buffer): void {
+    this.#guard = { keyring: this.keyring, macKey: deriveMacKey(secret) };
+  }
+
+  /**
+   * The guard of the root of trust, the generated HMAC secret: the keyring alone (it cannot be
+   * MAC'd by a key derived from itself; configure `identity.hmacSecret` where Redis is shared
+   * with anyone untrusted).
+   */
+  get rootGuard(): ValueGuard {
+    return { keyring: this.keyring };
+  }
+
+  /** The guard values are bound with, or undefined (counted) before `bind()`: nothing is read or written. */
+  guardFor(kind: string): ValueGuard | undefined {
+    if (this.#guard === undefined) this.failures.record(kind, new Error('values are not bound yet (bind() not called)'));
+    return this.#guard;
+  }
+
+  /**
+   * A value read back from `redisKey` that is not what was written there: a miss, counted and
+   * logged; when it is of our own form (tampered or invalid), also deleted so that every reader
+   * refills it. A foreign one (another version, key id or protection) is left to its writer.
+   */
+  refuse(redisKey: string, decoded: Exclude<Decoded<unknown>, { kind: 'ok' }>): undefined {
+    if (decoded.kind === 'foreign') {
+      this.failures.record('decode', new Error('stored value of another version, key id or protection'), { key: redisKey });
+      return undefined;
+    }
+    this.failures.record(decoded.reason, new Error(`stored value does not belong under its key (${decoded.detail})`), { key: redisKey });
+    void this.call('delete', (c) => c.unlink(redisKey));
+    return undefined;
+  }
+
   /** Waits (bounded) until connected and, if subscribed, listening. False at the timeout. */
   async ready(timeoutMs: number): Promise<boolean> {
     const deadline = performance.now() + timeoutMs;
@@ -125,7 +199,7 @@ export class RedisConnection {
 
   stats(): RedisFailureStats {
     const counts = this.failures.counts();
-    return { ...counts, errors: counts.total };
+    return { ...counts, errors: counts.total, skipped: this.#breaker.skipped };
   }
 
   /** Registers scripts as client commands (a role's, once, at construction). */
@@ -133,13 +207,28 @@ export class RedisConnection {
     for (const [name, script] of Object.entries(scripts)) this.#client.defineCommand(name, script);
   }
 
-  /** Runs one Redis operation under the failure rule: any failure is counted and becomes undefined. */
-  async call<T>(kind: string, operation: (client: RedisClient) => Promise<T>): Promise<T | undefined> {
+  /**
+   * Runs one Redis operation under the failure rule: any failure is counted and becomes
+   * undefined. Nothing is sent once `budget` is spent or while the breaker is open. A timeout or
+   * connection error spends the budget and counts towards the breaker; a reply error is an
+   * answer (Redis is there), so it does neither.
+   */
+  async call<T>(kind: string, operation: (client: RedisClient) => Promise<T>, budget?: SharedTierBudget): Promise<T | undefined> {
+    if (budget?.sharedTierSpent) return undefined;
     if (!this.healthy()) return this.recordUnavailable(kind);
+    if (!this.#breaker.allows()) return undefined;
     try {
-      return await operation(this.#client);
+      const result = await operation(this.#client);
+      this.#breaker.succeeded();
+      return result;
     } catch (error) {
       this.failures.record(kind, error);
+      if (error instanceof ReplyError) {
+        this.#breaker.succeeded();
+      } else {
+        this.#breaker.failed(error instanceof Error ? error.message : String(error));
+        if (budget) budget.sharedTierSpent = true;
+      }
       return undefined;
     }
   }

@@ -9,6 +9,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { SharedTierBudget } from './budget.js';
 import type { CacheEntry } from './entry.js';
 import type { RedisConnection } from './redis-connection.js';
 import type { RedisTier } from './redis-tier.js';
@@ -53,10 +54,10 @@ export class RedisFillLock {
    * SET NX PX: the token if this replica may fill `key`, undefined if another one holds the
    * lock, or if Redis cannot answer (then `waitFor` returns at once).
    */
-  async tryLock(key: string, ttlMs: number): Promise<string | undefined> {
+  async tryLock(key: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined> {
     const token = randomBytes(16).toString('base64url');
     const lockKey = this.#connection.lockKey(key);
-    const result = await this.#connection.call('lock', (c) => c.set(lockKey, token, 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX'));
+    const result = await this.#connection.call('lock', (c) => c.set(lockKey, token, 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX'), budget);
     return result === 'OK' ? token : undefined;
   }
 
@@ -80,12 +81,13 @@ export class RedisFillLock {
    * timeout. Fills take an upstream round trip (tens to hundreds of ms), so a poll adds at
    * most its interval, and waiting is rare: within a replica, fills are already coalesced.
    */
-  async waitFor(key: string, timeoutMs: number): Promise<CacheEntry | undefined> {
+  async waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget): Promise<CacheEntry | undefined> {
     const deadline = performance.now() + timeoutMs;
     const [lockKey, entryKey] = [this.#connection.lockKey(key), this.#connection.entryKey(key)];
     for (let delayMs = WAIT_FIRST_POLL_MS; ; delayMs = Math.min(delayMs * 2, WAIT_MAX_POLL_MS)) {
-      const polled = await this.#connection.call('lock', (c) => (c as unknown as LockCommands).tmcPollFillBuffer(lockKey, entryKey));
+      const polled = await this.#connection.call('lock', (c) => (c as unknown as LockCommands).tmcPollFillBuffer(lockKey, entryKey), budget);
       if (polled === undefined) return undefined;
+      // The entry is checked like any read of the tier: bound to its key, valid.
       if (polled !== -1) return Buffer.isBuffer(polled) ? this.#tier.fromStored(key, polled) : undefined;
       const remainingMs = deadline - performance.now();
       if (remainingMs <= 0) return undefined;

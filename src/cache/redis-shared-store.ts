@@ -1,12 +1,20 @@
 /**
  * Small JSON values every replica shares (identities and access decisions: the `SharedStore`
- * of src/proxy/identity.ts), sealed with the connection's keyring like every value in Redis.
+ * of src/proxy/identity.ts), bound to their Redis key like every value in Redis (codec.ts).
  *
  * Invariants: keys must already be HMACs, never raw credentials; a value that cannot be read
- * (Redis down, another keyring, corrupt JSON) is `undefined`, counted, never thrown.
+ * (Redis down, another keyring, corrupt JSON) is `undefined`, counted, never thrown; one that
+ * was not written under its key, or that the reader's `isValid` refuses, is also deleted.
  */
-import { decodeValue, encodeValue } from './codec.js';
+import type { SharedTierBudget } from './budget.js';
+import { encodeValue, openValue } from './codec.js';
 import type { RedisConnection } from './redis-connection.js';
+
+/** What a reader adds to a lookup: its request's budget, and the shape it accepts. */
+export interface SharedReadOptions {
+  readonly budget?: SharedTierBudget | undefined;
+  readonly isValid?: ((value: unknown) => boolean) | undefined;
+}
 
 export class RedisSharedStore {
   readonly #connection: RedisConnection;
@@ -15,26 +23,35 @@ export class RedisSharedStore {
     this.#connection = connection;
   }
 
-  async getJson<T>(namespace: string, key: string): Promise<T | undefined> {
+  async getJson<T>(namespace: string, key: string, options: SharedReadOptions = {}): Promise<T | undefined> {
     const connection = this.#connection;
-    const stored = await connection.call('json', (c) => c.getBuffer(connection.jsonKey(namespace, key)));
-    const plain = stored ? decodeValue(stored, connection.keyring) : undefined;
-    if (!plain) return undefined;
+    const guard = connection.guardFor('json');
+    if (!guard) return undefined;
+    const jsonKey = connection.jsonKey(namespace, key);
+    const stored = await connection.call('json', (c) => c.getBuffer(jsonKey), options.budget);
+    if (!stored) return undefined;
+    const opened = openValue(stored, guard, jsonKey);
+    if (opened.kind !== 'ok') return connection.refuse(jsonKey, opened);
+    let value: unknown;
     try {
-      return JSON.parse(plain.toString('utf8')) as T;
-    } catch (error) {
-      connection.failures.record('decode', error, { namespace });
-      return undefined;
+      value = JSON.parse(opened.value.toString('utf8'));
+    } catch {
+      return connection.refuse(jsonKey, { kind: 'rejected', reason: 'invalid', detail: 'JSON' });
     }
+    if (options.isValid && !options.isValid(value)) return connection.refuse(jsonKey, { kind: 'rejected', reason: 'invalid', detail: namespace });
+    return value as T;
   }
 
-  /** Stores `value` for `ttlMs`; never rejects. */
-  async setJson(namespace: string, key: string, value: unknown, ttlMs: number): Promise<void> {
+  /** Stores `value` for `ttlMs`; never rejects; sends nothing once `budget` is spent. */
+  async setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void> {
     const connection = this.#connection;
     if (!(ttlMs > 0)) return;
     // Checked before sealing: no point encrypting for a connection that is down.
     if (!connection.healthy()) return connection.recordUnavailable('json');
-    const stored = encodeValue(Buffer.from(JSON.stringify(value)), connection.keyring);
-    await connection.call('json', (c) => c.set(connection.jsonKey(namespace, key), stored, 'PX', Math.ceil(ttlMs)));
+    const guard = connection.guardFor('json');
+    if (!guard || !connection.canSend() || budget?.sharedTierSpent) return;
+    const jsonKey = connection.jsonKey(namespace, key);
+    const stored = encodeValue(Buffer.from(JSON.stringify(value)), guard, jsonKey);
+    await connection.call('json', (c) => c.set(jsonKey, stored, 'PX', Math.ceil(ttlMs)), budget);
   }
 }

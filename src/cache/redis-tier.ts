@@ -5,10 +5,13 @@
  * (redis.ts builds them all).
  *
  * Redis is an optimisation, never a dependency: every error, timeout or disconnection is a
- * miss (the connection's failure rule); no method rejects.
+ * miss (the connection's failure rule); no method rejects. An entry is served only if it was
+ * written under the key it is read from and is something tm-cache would store (codec.ts,
+ * entry.ts): checked once here, when read back, never on a memory hit.
  */
 import { DEFAULT_MAX_ENTRY_BYTES } from '../config/schema.js';
-import { decodeEntry, encodeEntry } from './codec.js';
+import type { SharedTierBudget } from './budget.js';
+import { encodeEntry, openEntry } from './codec.js';
 import { bodyLengthOf, expiresAt, type CacheEntry } from './entry.js';
 import type { RedisConnection, RedisFailureStats } from './redis-connection.js';
 import type { CacheTier } from './tier.js';
@@ -62,8 +65,8 @@ export class RedisTier implements CacheTier {
     connection.defineScripts(SCRIPTS);
   }
 
-  async get(key: string, now?: number): Promise<CacheEntry | undefined> {
-    const entry = await this.peek(key, now);
+  async get(key: string, now?: number, budget?: SharedTierBudget): Promise<CacheEntry | undefined> {
+    const entry = await this.peek(key, now, budget);
     if (entry) this.#hits++;
     else this.#misses++;
     return entry;
@@ -73,14 +76,15 @@ export class RedisTier implements CacheTier {
    * As `get`, without counting a hit or a miss. (Redis keeps no recency we could spare: any read
    * refreshes its own idle time, which only matters under an LRU maxmemory-policy.)
    */
-  async peek(key: string, now?: number): Promise<CacheEntry | undefined> {
-    const stored = await this.connection.call('get', (c) => c.getBuffer(this.connection.entryKey(key)));
+  async peek(key: string, now?: number, budget?: SharedTierBudget): Promise<CacheEntry | undefined> {
+    if (!this.connection.guardFor('get')) return undefined;
+    const stored = await this.connection.call('get', (c) => c.getBuffer(this.connection.entryKey(key)), budget);
     return stored ? this.fromStored(key, stored, now) : undefined;
   }
 
-  /** Never rejects; resolves once Redis acknowledged (or the write was given up). */
-  set(key: string, entry: CacheEntry): Promise<void> {
-    const write = this.#write(key, entry);
+  /** Never rejects; resolves once Redis acknowledged (or the write was given up, `budget` spent included). */
+  set(key: string, entry: CacheEntry, budget?: SharedTierBudget): Promise<void> {
+    const write = this.#write(key, entry, budget);
     this.#pendingWrites.set(key, write);
     void write.finally(() => {
       if (this.#pendingWrites.get(key) === write) this.#pendingWrites.delete(key);
@@ -122,29 +126,34 @@ export class RedisTier implements CacheTier {
     await Promise.allSettled([...this.#pendingWrites.values()]);
   }
 
-  /** The stored value of `key` as an entry, if it decodes and has not expired by our clock; otherwise a miss. */
+  /**
+   * The stored value of `key` as an entry, if it was written for that key, is valid and has not
+   * expired by our clock; otherwise a miss (refused: counted, logged, deleted when tampered).
+   */
   async fromStored(key: string, stored: Buffer, now?: number): Promise<CacheEntry | undefined> {
-    const entry = await decodeEntry(stored, this.connection.keyring);
-    if (!entry) {
-      this.connection.failures.record('decode', new Error('stored value does not decode (version, key id or tampering)'), { key });
-      return undefined;
-    }
-    return expiresAt(entry) > (now ?? this.#now()) ? entry : undefined;
+    const guard = this.connection.guardFor('decode');
+    if (!guard) return undefined;
+    const entryKey = this.connection.entryKey(key);
+    const decoded = await openEntry(stored, guard, entryKey);
+    if (decoded.kind !== 'ok') return this.connection.refuse(entryKey, decoded);
+    return expiresAt(decoded.value) > (now ?? this.#now()) ? decoded.value : undefined;
   }
 
-  async #write(key: string, entry: CacheEntry): Promise<void> {
+  async #write(key: string, entry: CacheEntry, budget: SharedTierBudget | undefined): Promise<void> {
     const ttlMs = Math.ceil(expiresAt(entry) - this.#now());
     if (ttlMs <= 0 || bodyLengthOf(entry) > this.maxEntryBytes) return;
     // Checked before encoding: no point compressing and sealing for a connection that is down.
     if (!this.connection.healthy()) return this.connection.recordUnavailable('set');
+    const guard = this.connection.guardFor('set');
+    if (!guard || !this.connection.canSend() || budget?.sharedTierSpent) return;
+    const entryKey = this.connection.entryKey(key);
     let stored: Buffer;
     try {
-      stored = await encodeEntry(entry, this.connection.keyring);
+      stored = await encodeEntry(entry, guard, entryKey);
     } catch (error) {
       this.connection.failures.record('encode', error, { key });
       return;
     }
-    const entryKey = this.connection.entryKey(key);
     // Redis expires the entry by itself at expiresAt (PX); each tag set lives as long as its
     // longest-lived member (the script only ever extends its TTL).
     await this.connection.call('set', (c) =>
@@ -152,6 +161,7 @@ export class RedisTier implements CacheTier {
         c.set(entryKey, stored, 'PX', ttlMs),
         ...entry.tags.map((tag) => (c as unknown as TagCommands).tmcTagAdd(this.connection.tagKey(tag), entryKey, ttlMs)),
       ]),
+      budget,
     );
   }
 

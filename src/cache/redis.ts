@@ -23,6 +23,8 @@ export interface RedisRoles {
   readonly sharedStore: RedisSharedStore;
   readonly secrets: RedisSecrets;
   readonly bus: RedisInvalidationBus;
+  /** Binds every value to its key from now on (the connection's `bind`); before it, only `secrets` works. */
+  bind(hmacSecret: Buffer): void;
   close(): Promise<void>;
 }
 
@@ -38,6 +40,7 @@ export function createRedisRoles(options: RedisRolesOptions): RedisRoles {
     sharedStore: new RedisSharedStore(connection),
     secrets: new RedisSecrets(connection),
     bus: new RedisInvalidationBus(connection),
+    bind: (hmacSecret) => connection.bind(hmacSecret),
     close: async () => {
       await tier.close();
       connection.close();

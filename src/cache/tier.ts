@@ -10,6 +10,7 @@
  * value) answers `undefined` to `get`/`peek` and does nothing on `set`, and reports the failure
  * through its own log line and counter. A failing tier is a miss, never an error.
  */
+import type { SharedTierBudget } from './budget.js';
 import type { CacheEntry } from './entry.js';
 
 export type MaybePromise<T> = T | Promise<T>;
@@ -25,15 +26,17 @@ export interface CacheTier {
    * The live entry under `key`, or undefined. Counts as a use (recency, hit counters): call it
    * for a lookup that will serve what it finds. `now` (ms since epoch) is the caller's clock
    * reading, passed so the hot path reads the clock once; the tier's own clock otherwise.
+   * `budget`: the request's allowance for waiting on a shared tier (budget.ts); a local tier
+   * ignores it.
    */
-  get(key: string, now?: number): MaybePromise<CacheEntry | undefined>;
+  get(key: string, now?: number, budget?: SharedTierBudget): MaybePromise<CacheEntry | undefined>;
   /** Like `get`, without counting as a use (lru-cache's `peek`): for looking, not serving. */
   peek(key: string, now?: number): MaybePromise<CacheEntry | undefined>;
   /**
    * Stores the entry until `expiresAt(entry)`; larger-than-allowed or already expired entries
    * are silently skipped. A tier that knows at once may answer whether it stored the entry.
    */
-  set(key: string, entry: CacheEntry): MaybePromise<boolean | void>;
+  set(key: string, entry: CacheEntry, budget?: SharedTierBudget): MaybePromise<boolean | void>;
   /** A tier that knows at once may answer whether an entry was there. */
   delete(key: string): MaybePromise<boolean | void>;
   /** Drops every entry carrying `tag`; answers how many entries this tier dropped. */

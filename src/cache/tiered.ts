@@ -15,6 +15,7 @@
  *   that may have lost messages makes them forget everything.
  * - A failing tier is a miss: a lookup that throws or rejects counts as "not there".
  */
+import type { SharedTierBudget } from './budget.js';
 import type { CacheEntry } from './entry.js';
 import { withGzipVariant } from './codec.js';
 import type { InvalidationBus, InvalidationMessage } from './invalidation.js';
@@ -72,21 +73,21 @@ export class TieredCache {
    * The first tier holding a live entry for `key`, and its name. Synchronous when the memory
    * tier has it (the hit path: no promise), and when every tier asked answered synchronously.
    */
-  get(key: string, now?: number): MaybePromise<TieredHit | undefined> {
+  get(key: string, now?: number, budget?: SharedTierBudget): MaybePromise<TieredHit | undefined> {
     const local = this.memory.get(key, now);
     if (local !== undefined) return { entry: local, tier: 'memory' };
-    return this.#getFrom(1, key, now);
+    return this.#getFrom(1, key, now, budget);
   }
 
   /**
    * Memory is written before this returns; the returned promise is the lower tiers' writes,
    * which never reject: callers may ignore it (fire-and-forget) or await it (tests, shutdown).
    */
-  set(key: string, entry: CacheEntry): Promise<void> {
+  set(key: string, entry: CacheEntry, budget?: SharedTierBudget): Promise<void> {
     this.memory.set(key, entry);
     // The lower tiers store the gzip variant, so with them it is made at once (in the
     // background); a memory-only cache makes it when the first client that accepts gzip asks.
-    return this.#lower.length > 0 ? this.#addGzipAndShare(key, entry) : Promise.resolve();
+    return this.#lower.length > 0 ? this.#addGzipAndShare(key, entry, budget) : Promise.resolve();
   }
 
   /**
@@ -144,18 +145,24 @@ export class TieredCache {
   }
 
   /** Asks tiers[start..] in order, synchronously until one answers with a promise. */
-  #getFrom(start: number, key: string, now: number | undefined): MaybePromise<TieredHit | undefined> {
+  #getFrom(start: number, key: string, now: number | undefined, budget: SharedTierBudget | undefined): MaybePromise<TieredHit | undefined> {
     for (let i = start; i < this.tiers.length; i++) {
-      const found = settle(() => this.tiers[i]!.get(key, now), undefined);
-      if (found instanceof Promise) return this.#awaitFrom(i, found, key, now);
+      const found = settle(() => this.tiers[i]!.get(key, now, budget), undefined);
+      if (found instanceof Promise) return this.#awaitFrom(i, found, key, now, budget);
       if (found !== undefined) return this.#hitBelow(i, key, found, now);
     }
     return undefined;
   }
 
-  async #awaitFrom(i: number, pending: Promise<CacheEntry | undefined>, key: string, now: number | undefined): Promise<TieredHit | undefined> {
+  async #awaitFrom(
+    i: number,
+    pending: Promise<CacheEntry | undefined>,
+    key: string,
+    now: number | undefined,
+    budget: SharedTierBudget | undefined,
+  ): Promise<TieredHit | undefined> {
     const found = await pending;
-    return found !== undefined ? this.#hitBelow(i, key, found, now) : this.#getFrom(i + 1, key, now);
+    return found !== undefined ? this.#hitBelow(i, key, found, now) : this.#getFrom(i + 1, key, now, budget);
   }
 
   /** A hit in tiers[i] (i ≥ 1), backfilled above, unless memory meanwhile got a newer entry. */
@@ -180,7 +187,7 @@ export class TieredCache {
    * In the background: the gzip variant (for clients that accept gzip, and the stored form in
    * the lower tiers), swapped into memory if the entry is still the one there, then the writes.
    */
-  async #addGzipAndShare(key: string, entry: CacheEntry): Promise<void> {
+  async #addGzipAndShare(key: string, entry: CacheEntry, budget: SharedTierBudget | undefined): Promise<void> {
     let shared = entry;
     try {
       shared = await withGzipVariant(entry);
@@ -188,7 +195,7 @@ export class TieredCache {
       // zlib failing is no reason to lose the entry: it is kept and shared without the variant.
     }
     if (shared !== entry) this.memory.replace(key, entry, shared);
-    await Promise.all(this.#lower.map((tier) => settle(() => tier.set(key, shared), undefined)));
+    await Promise.all(this.#lower.map((tier) => settle(() => tier.set(key, shared, budget), undefined)));
   }
 
   #applyRemote(message: InvalidationMessage): void {

@@ -23,6 +23,8 @@ export const DEFAULT_MAX_ENTRY_BYTES = 8 * MiB;
 export const DEFAULT_KEY_PREFIX = 'tmc:';
 export const DEFAULT_COMMAND_TIMEOUT_MS = 50;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
+export const DEFAULT_BREAKER_THRESHOLD = 3;
+export const DEFAULT_BREAKER_COOLDOWN_MS = 1_000;
 
 /** The resources of the catalogue: a `byResource` key must be one of them. */
 export const RESOURCE_NAMES: readonly ResourceName[] = (Object.keys(RESOURCES) as ResourceName[]).sort();
@@ -123,6 +125,8 @@ export const ConfigSchema = section({
       keyPrefix: text('a string without whitespace', DEFAULT_KEY_PREFIX, { pattern: '^\\S*$' }),
       commandTimeoutMs: durationMs(1, DEFAULT_COMMAND_TIMEOUT_MS),
       connectTimeoutMs: durationMs(1, DEFAULT_CONNECT_TIMEOUT_MS),
+      breakerThreshold: count(1, DEFAULT_BREAKER_THRESHOLD),
+      breakerCooldownMs: durationMs(1, DEFAULT_BREAKER_COOLDOWN_MS),
       lockTtlMs: durationMs(1, 5_000),
       lockWaitMs: durationMs(0, 2_000),
       maxEntryBytes: count(1, DEFAULT_MAX_ENTRY_BYTES),

@@ -18,6 +18,7 @@
  * - A 403/404 forgets the confirmation here and in the shared store; the caller (read-through,
  *   through the access rules) drops the user's entries of that project.
  */
+import type { SharedTierBudget } from '../cache/budget.js';
 import { Coalescer } from '../cache/coalesce.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { Scope } from '../cache/key.js';
@@ -59,21 +60,21 @@ export class ProjectAccess {
   }
 
   /** A fresh 200 of the project for the user, asked at `askedAt`: confirmed from then on. */
-  renew(userId: number, projectId: number, askedAt: number): void {
+  renew(userId: number, projectId: number, askedAt: number, budget?: SharedTierBudget): void {
     const until = askedAt + this.o.confirmMs;
     const previous = this.#remember(userId, projectId, until);
     // Shared at most twice per window: a burst of fills of one project writes Redis once or twice.
-    if (previous === undefined || until - previous > this.o.confirmMs / 2) this.#share(userId, projectId, until);
+    if (previous === undefined || until - previous > this.o.confirmMs / 2) this.#share(userId, projectId, until, budget);
   }
 
   /** Confirms through the shared store, else one upstream request; coalesced per user and project. */
-  confirm(caller: Caller, authorization: string, projectId: number): Promise<Confirmation> {
+  confirm(caller: Caller, authorization: string, projectId: number, budget?: SharedTierBudget): Promise<Confirmation> {
     const key = `${caller.userId}:${projectId}`;
-    return this.#coalescer.run(key, () => this.#lookup(caller.userId, authorization, projectId, key)).promise;
+    return this.#coalescer.run(key, () => this.#lookup(caller.userId, authorization, projectId, key, budget)).promise;
   }
 
-  async #lookup(userId: number, authorization: string, projectId: number, key: string): Promise<Confirmation> {
-    const sharedUntil = await this.o.shared?.getJson<number>(NAMESPACE, key);
+  async #lookup(userId: number, authorization: string, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation> {
+    const sharedUntil = await this.o.shared?.getJson<number>(NAMESPACE, key, { budget, isValid: isConfirmedUntil });
     if (typeof sharedUntil === 'number' && this.o.now() < sharedUntil) {
       this.#remember(userId, projectId, sharedUntil);
       return CONFIRMED;
@@ -86,7 +87,7 @@ export class ProjectAccess {
       return { kind: 'failed', error: err instanceof UpstreamError ? err : new UpstreamError('reset', String(err), { cause: err }) };
     }
     if (res.status === 200) {
-      this.renew(userId, projectId, askedAt);
+      this.renew(userId, projectId, askedAt, budget);
       return CONFIRMED;
     }
     // A failing instance is no verdict on the user's access (as for GET /user in identity.ts).
@@ -113,8 +114,8 @@ export class ProjectAccess {
     void this.o.shared?.setJson(NAMESPACE, key, 0, this.o.confirmMs);
   }
 
-  #share(userId: number, projectId: number, until: number): void {
-    void this.o.shared?.setJson(NAMESPACE, `${userId}:${projectId}`, until, until - this.o.now());
+  #share(userId: number, projectId: number, until: number, budget: SharedTierBudget | undefined): void {
+    void this.o.shared?.setJson(NAMESPACE, `${userId}:${projectId}`, until, until - this.o.now(), budget);
   }
 }
 
@@ -142,4 +143,9 @@ export function projectOfTags(tags: readonly string[]): number | undefined {
 /** The tag of one user's entries of one project: what a revoked access drops, in every tier. */
 export function userProjectTag(scope: Scope, projectId: number): string {
   return `${scope}|project:${projectId}`;
+}
+
+/** What is shared per user and project, checked when read back: an absolute time (0: refused). */
+function isConfirmedUntil(value: unknown): boolean {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0;
 }

@@ -10,15 +10,19 @@
  * - `noCache`: the client asked for revalidation (RFC 9111 §5.2.1.4), when that is honoured.
  *
  * Every stage asks this function; none decides scope or key on its own.
+ *
+ * The Decision is also the request's budget for waiting on Redis (budget.ts): a plain field, so
+ * a memory hit allocates nothing more for it.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { CanonicalRequest } from '../api/normalize.js';
+import type { SharedTierBudget } from '../cache/budget.js';
 import { ADMIN_SCOPE } from '../cache/key.js';
 import { wantsRevalidation } from './headers.js';
 import type { Caller } from './identity.js';
 import { keyFor, type CacheableRoute } from './route-memo.js';
 
-export interface Decision {
+export interface Decision extends SharedTierBudget {
   readonly req: CanonicalRequest;
   readonly caller: Caller;
   readonly authorization: string;
@@ -42,6 +46,7 @@ export function decide(
   headers: IncomingHttpHeaders,
   t: number,
   o: DecideOptions,
+  budget?: SharedTierBudget,
 ): Decision {
   const req = route.req;
   let key: string;
@@ -58,5 +63,5 @@ export function decide(
   const cacheControl = headers['cache-control'];
   const pragma = headers.pragma;
   const noCache = o.honorNoCache && (cacheControl !== undefined || pragma !== undefined) && wantsRevalidation(cacheControl, pragma);
-  return { req, caller, authorization, key, fillKey, mayRead, noCache };
+  return { req, caller, authorization, key, fillKey, mayRead, noCache, sharedTierSpent: budget?.sharedTierSpent ?? false };
 }

@@ -22,6 +22,7 @@
  * token, and every replica drops the memo entries of that credential.
  */
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
+import type { SharedTierBudget } from '../cache/budget.js';
 import type { Coalescer } from '../cache/coalesce.js';
 import type { InvalidationBus, InvalidationMessage } from '../cache/invalidation.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
@@ -48,8 +49,9 @@ export type IdentityResult =
 
 /** Where identities and admin verifications are shared between replicas (the Redis tier). */
 export interface SharedStore {
-  getJson<T>(namespace: string, key: string): Promise<T | undefined>;
-  setJson(namespace: string, key: string, value: unknown, ttlMs: number): Promise<void>;
+  /** `isValid`: what the reader accepts; anything else read back is a miss (and dropped). */
+  getJson<T>(namespace: string, key: string, options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean }): Promise<T | undefined>;
+  setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void>;
 }
 
 export interface IdentityOptions extends IdentityMemoOptions {
@@ -92,7 +94,7 @@ export class IdentityResolver {
   }
 
   /** Resolves through the shared store, then upstream; concurrent resolutions of one credential coalesce. */
-  resolve(authorization: string): Promise<IdentityResult> {
+  resolve(authorization: string, budget?: SharedTierBudget): Promise<IdentityResult> {
     // The first sight of this spelling: parsed once, so every spelling of a token is one identity.
     const credentialId = hmacCredential(this.options.hmacSecret, normalizeAuthorization(authorization));
     const now = this.options.now();
@@ -100,7 +102,7 @@ export class IdentityResolver {
     if (known !== undefined) return Promise.resolve({ kind: 'caller', caller: known });
     const refused = this.memo.refusal(credentialId, now);
     if (refused !== undefined) return Promise.resolve({ kind: 'refused', response: refused });
-    return this.options.coalescer.run(credentialId, () => this.lookup(authorization, credentialId)).promise;
+    return this.options.coalescer.run(credentialId, () => this.lookup(authorization, credentialId, budget)).promise;
   }
 
   /** After an upstream 401 for this credential: never trust it again without asking. */
@@ -146,11 +148,11 @@ export class IdentityResolver {
     return this.memo.stats();
   }
 
-  private async lookup(authorization: string, credentialId: string): Promise<IdentityResult> {
-    const shared = await this.options.shared?.getJson<SharedIdentity | null>('identity', credentialId);
+  private async lookup(authorization: string, credentialId: string, budget?: SharedTierBudget): Promise<IdentityResult> {
+    const shared = await this.options.shared?.getJson<SharedIdentity | null>('identity', credentialId, { budget, isValid: isSharedIdentity });
     // Trusted until the expiry its first verifier stored, never longer (an older form without one is not trusted).
-    if (shared && typeof shared.until === 'number' && this.options.now() < shared.until) {
-      return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId, shared.until) };
+    if (shared && this.options.now() < shared.until) {
+      return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId, shared.until, budget) };
     }
     // Counted from the question, not the answer: the identity never outlives identity.ttlMs.
     const until = this.options.now() + this.options.ttlMs;
@@ -163,8 +165,8 @@ export class IdentityResolver {
       const userId = parseUserId(decodedBody(res));
       if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
       const shared: SharedIdentity = { userId, until };
-      void this.options.shared?.setJson('identity', credentialId, shared, until - this.options.now());
-      return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId, until) };
+      void this.options.shared?.setJson('identity', credentialId, shared, until - this.options.now(), budget);
+      return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId, until, budget) };
     }
     // An instance that fails is not a verdict on the credential: the caller may get stale answers.
     if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);
@@ -177,9 +179,9 @@ export class IdentityResolver {
     return { kind: 'refused', response: this.options.retryAfter.bounded(res, this.options.now()) };
   }
 
-  private async remember(authorization: string, credentialId: string, userId: number, verifiedUntil: number): Promise<Caller> {
+  private async remember(authorization: string, credentialId: string, userId: number, verifiedUntil: number, budget?: SharedTierBudget): Promise<Caller> {
     // An admin verification is shared as its absolute expiry too: trusted until then, not from this read.
-    const sharedAdminUntil = await this.options.shared?.getJson<number>('admin', String(userId));
+    const sharedAdminUntil = await this.options.shared?.getJson<number>('admin', String(userId), { budget, isValid: isAdminUntil });
     const previous = this.memo.get(authorization);
     const caller: Caller = {
       userId,
@@ -191,6 +193,17 @@ export class IdentityResolver {
     this.memo.set(authorization, caller);
     return caller;
   }
+}
+
+/** What identity.ts writes to the shared store, checked when read back: a user id and its expiry, or null (forgotten). */
+function isSharedIdentity(value: unknown): boolean {
+  if (value === null) return true;
+  const { userId, until } = (value ?? {}) as Partial<SharedIdentity>;
+  return typeof value === 'object' && typeof userId === 'number' && Number.isSafeInteger(userId) && userId >= 0 && typeof until === 'number' && Number.isFinite(until);
+}
+
+function isAdminUntil(value: unknown): boolean {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0;
 }
 
 /** The body of GET /user, decoded if the instance compressed it although asked not to. */

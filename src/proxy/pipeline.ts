@@ -20,6 +20,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { makeErrorBody } from '../api/errors.js';
+import { makeBudget, type SharedTierBudget } from '../cache/budget.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import { UpstreamError } from '../upstream/client.js';
@@ -84,7 +85,16 @@ export class Pipeline {
     this.#identify(req, res, route, authorization, unmemoized).catch((err: unknown) => this.#fail(req, res, err));
   }
 
-  #withCaller(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, caller: Caller, authorization: string, t: number, unmemoized?: string): void {
+  #withCaller(
+    req: IncomingMessage,
+    res: ServerResponse,
+    route: Exclude<RouteInfo, { kind: 'passthrough' }>,
+    caller: Caller,
+    authorization: string,
+    t: number,
+    unmemoized?: string,
+    budget?: SharedTierBudget,
+  ): void {
     if (unmemoized !== undefined) this.#o.routes.set(unmemoized, route);
     if (route.kind === 'invalid') {
       return this.#finish(req, res, localAnswer(route.error.status, route.error.toBody(), INVALID), 'invalid', caller.userId, undefined, t);
@@ -94,23 +104,24 @@ export class Pipeline {
       res.setHeader('cache-status', cacheStatus(UNKNOWN_PARAM, undefined, t));
       return this.forward(req, res);
     }
-    const d = decide(route, caller, authorization, req.headers, t, this.#decideOptions);
+    const d = decide(route, caller, authorization, req.headers, t, this.#decideOptions, budget);
     const served = this.#o.readThrough.serve(d, t);
     if (!(served instanceof Promise)) return this.#finish(req, res, served, d.req.op.id, caller.userId, d.key, t);
-    served.then(
-      (s) => this.#finish(req, res, s, d.req.op.id, caller.userId, d.key, this.#o.now()),
-      (err: unknown) => this.#fail(req, res, err),
-    );
+    // A throw while writing (a stored value node refuses) must reach #fail too: so .catch after
+    // .then, never .then's second argument, which would leave the request unanswered.
+    served.then((s) => this.#finish(req, res, s, d.req.op.id, caller.userId, d.key, this.#o.now())).catch((err: unknown) => this.#fail(req, res, err));
   }
 
   /** A caller not in the memo: resolved (shared store, else upstream), then the request goes on. */
   async #identify(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, authorization: string, unmemoized: string | undefined): Promise<void> {
     const identity = this.#o.identity;
     const operation = route.kind === 'cacheable' ? route.req.op.id : 'invalid';
+    // This request's allowance for waiting on Redis, from the identity lookup to the fill lock.
+    const budget = makeBudget();
     try {
-      const result = await identity.resolve(authorization);
+      const result = await identity.resolve(authorization, budget);
       const t = this.#o.now();
-      if (result.kind === 'caller') return this.#withCaller(req, res, route, result.caller, authorization, t, unmemoized);
+      if (result.kind === 'caller') return this.#withCaller(req, res, route, result.caller, authorization, t, unmemoized, budget);
       const refused: Served = { kind: 'relay', response: result.response, outcome: { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status } };
       return this.#finish(req, res, refused, operation, undefined, undefined, t);
     } catch (err) {
@@ -120,7 +131,7 @@ export class Pipeline {
       // queue-full (read-through.ts serveStaleOnly; README "Revocation").
       const lapsed = identity.peekLapsed(authorization);
       const key = lapsed !== undefined && route.kind === 'cacheable' && !route.req.op.adminOnly ? keyFor(route, lapsed.scope) : undefined;
-      const served = await this.#o.readThrough.serveStaleOnly(key, failure);
+      const served = await this.#o.readThrough.serveStaleOnly(key, failure, budget);
       return this.#finish(req, res, served, operation, lapsed?.userId, key, this.#o.now());
     }
   }
@@ -141,10 +152,17 @@ export class Pipeline {
 
   #fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
     this.#o.logger.error({ err: err instanceof Error ? `${err.name}: ${err.message}` : String(err), url: req.url }, 'request pipeline failed');
-    if (res.headersSent) return void res.destroy();
-    // Nothing written yet: the instance can still answer it, uncached.
-    res.removeHeader('cache-status');
-    this.forward(req, res);
+    if (res.headersSent || res.writableEnded) return void res.destroy();
+    // Nothing written yet: the instance can still answer it, uncached. A writeHead that threw
+    // half-way may have left its status and headers on `res`: start the response afresh.
+    try {
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      res.statusCode = 200;
+      this.forward(req, res);
+    } catch (again) {
+      this.#o.logger.error({ err: again instanceof Error ? again.message : String(again), url: req.url }, 'request could not be forwarded');
+      res.destroy();
+    }
   }
 }
 

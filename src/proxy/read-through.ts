@@ -21,6 +21,7 @@
  * accepts a store's answer the same way).
  */
 import { makePath } from '../api/catalogue.js';
+import type { SharedTierBudget } from '../cache/budget.js';
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
@@ -43,7 +44,7 @@ export interface Found {
 /** The cache as the read-through sees it (TieredCache implements it). */
 export interface ReadCache extends FillStore {
   /** Synchronous when the first tier answers; a promise when a lower tier must be asked. */
-  get(key: string, now?: number): Found | undefined | Promise<Found | undefined>;
+  get(key: string, now?: number, budget?: SharedTierBudget): Found | undefined | Promise<Found | undefined>;
   delete(key: string): Promise<void>;
 }
 
@@ -86,16 +87,17 @@ export class ReadThrough {
 
   serve(d: Decision, now: number): Served | Promise<Served> {
     if (!d.mayRead) return this.#afterLookup(d, undefined, now);
-    const found = this.o.cache.get(d.key, now);
+    // The Decision is the request's budget (budget.ts): no allocation on a memory hit.
+    const found = this.o.cache.get(d.key, now, d);
     if (found instanceof Promise) return found.then((f) => this.#afterLookup(d, f, this.o.now()));
     return this.#afterLookup(d, found, now);
   }
 
   /** Asking upstream failed and the caller's identity could not be re-verified: stale for `key` if `#servesStaleOnOutage`, else the failure. */
-  async serveStaleOnly(key: string | undefined, err: UpstreamError): Promise<Served> {
+  async serveStaleOnly(key: string | undefined, err: UpstreamError, budget?: SharedTierBudget): Promise<Served> {
     // Checked before the lookup: a refusal costs no Redis read.
     if (key === undefined || !this.#servesStaleOnOutage(err)) return upstreamFailure(err);
-    return this.#unconfirmedOnFailure(await this.o.cache.get(key), err, this.o.now());
+    return this.#unconfirmedOnFailure(await this.o.cache.get(key, undefined, budget), err, this.o.now());
   }
 
   /**
@@ -156,7 +158,7 @@ export class ReadThrough {
     const projectId = projectOf(found.entry)!;
     // A rate-limited caller is not asked about upstream: unconfirmed, they get the 429 (never the entry).
     if (this.o.gate.blockedMs(d.caller.userId, this.o.now()) > 0) return this.#afterLookup(d, undefined, this.o.now(), true);
-    const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId);
+    const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId, d);
     const now = this.o.now();
     if (confirmation.kind === 'confirmed') return this.#afterLookup(d, found, now, true);
     if (confirmation.kind === 'failed') return this.#unconfirmedOnFailure(found, confirmation.error, now);
@@ -190,6 +192,7 @@ export class ReadThrough {
       key: d.key,
       fillKey: d.fillKey,
       shareable: d.mayRead,
+      budget: d,
       fetch: async (): Promise<Fetched<Unstored>> => {
         const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);
         const askedAt = this.o.now();
@@ -200,7 +203,7 @@ export class ReadThrough {
         const entry = makeEntry(d.req, res, this.o.policy, this.o.now(), d.req.op.adminOnly ? undefined : d.caller.scope);
         // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
         const projectId = d.req.op.adminOnly ? undefined : projectOf(entry);
-        if (projectId !== undefined) this.o.projects.renew(d.caller.userId, projectId, askedAt);
+        if (projectId !== undefined) this.o.projects.renew(d.caller.userId, projectId, askedAt, d);
         return { kind: 'entry', entry };
       },
     };

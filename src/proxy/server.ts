@@ -46,13 +46,16 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills (item 6).
   const identityUpstream = upstream.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue });
   const metrics = createMetrics();
+  const hmacSecret = await resolveHmacSecret(config, redis, logger);
+  // Before any request: every value read from Redis is checked against its key from now on.
+  redis?.bind(hmacSecret);
   const app = await buildProxy(config, {
     cache,
     upstream,
     identityUpstream,
     gauge: (name, help, read) => metrics.gauge(name, help, read),
     logger,
-    hmacSecret: await resolveHmacSecret(config, redis, logger),
+    hmacSecret,
     shared: redis?.sharedStore,
     bus: redis?.bus,
     lock: redis?.fillLock,
@@ -66,14 +69,17 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   metrics.gauge('tm_cache_identity_upstream_active', 'Identity look-ups (GET /user) in flight.', () => identityUpstream.load.active);
   metrics.gauge('tm_cache_identity_upstream_queued', 'Identity look-ups waiting for a slot.', () => identityUpstream.load.queued);
   if (redis) metrics.gauge('tm_cache_redis_errors_total', 'Redis errors, timeouts and disconnections.', () => redis.connection.stats().errors);
+  if (redis) metrics.gauge('tm_cache_redis_rejected_total', 'Values read from Redis that did not belong under their key or were invalid (deleted).', () => rejectedOf(redis));
 
   const checks: ReadinessCheck[] = [];
   if (redis) {
     checks.push({
       name: 'redis',
       // Redis down is a degradation, not an outage: the memory tier keeps serving.
-      check: () =>
-        redis.connection.healthy() ? { status: 'ok' } : { status: 'degraded', detail: `redis ${redis.connection.status().connection}: serving from memory` },
+      check: () => {
+        const reason = redis.connection.degradedReason();
+        return reason === undefined ? { status: 'ok' } : { status: 'degraded', detail: reason };
+      },
     });
   }
   const { app: management, startDraining } = buildManagement(metrics, checks);
@@ -112,12 +118,19 @@ function makeRedisRoles(config: Config, logger: Logger, now: () => number): Redi
     name: r.sentinelName,
     commandTimeoutMs: r.commandTimeoutMs,
     connectTimeoutMs: r.connectTimeoutMs,
+    breakerThreshold: r.breakerThreshold,
+    breakerCooldownMs: r.breakerCooldownMs,
     keyPrefix: r.keyPrefix,
     maxEntryBytes: config.cache.redis.maxEntryBytes,
     ...(keyring ? { keyring } : {}),
     logger: logger.child({ tier: 'redis' }),
     now,
   });
+}
+
+function rejectedOf(redis: RedisRoles): number {
+  const { byKind } = redis.connection.stats();
+  return (byKind['tampered'] ?? 0) + (byKind['invalid'] ?? 0);
 }
 
 function parseHostPort(text: string): HostPort {
@@ -128,6 +141,8 @@ function parseHostPort(text: string): HostPort {
 /**
  * The HMAC secret for credentials: configured, else shared through Redis so every replica computes
  * the same digests, else (memory only, or Redis unreachable at start) random for this process.
+ * It is also the root of trust for values in Redis (the MAC key is derived from it): a generated
+ * one is only as safe as Redis itself, so configure it where Redis is shared with anyone untrusted.
  */
 async function resolveHmacSecret(config: Config, redis: RedisRoles | undefined, logger: Logger): Promise<Buffer> {
   if (config.identity.hmacSecret !== '') return decodeSecret(config.identity.hmacSecret)!;

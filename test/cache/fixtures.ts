@@ -72,7 +72,8 @@ export function makeEntry(now: number, overrides: Partial<CacheEntry> = {}): Cac
   const etag = `"${createHash('sha256').update(body).digest('hex').slice(0, 16)}-${body.length.toString(16)}"`;
   return {
     status: 200,
-    headers: { 'content-type': 'application/json; charset=utf-8', etag, 'x-tm-note': 'ünïcødé ✓' },
+    // Only headers tm-cache stores (storable.ts): an entry read back with any other is refused.
+    headers: { 'content-type': 'application/json; charset=utf-8', etag, 'cache-control': 'private', vary: 'Authorization, Accept-Encoding' },
     body, etag, storedAt: now, freshUntil: now + 60_000,
     staleWhileRevalidateUntil: now + 120_000, staleIfErrorUntil: now + 300_000,
     tags: ['project:5', 'run:1000'],

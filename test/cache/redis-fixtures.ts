@@ -20,9 +20,13 @@ export function uniquePrefix(): string {
   return `t${process.pid}-${++prefixCount}:`;
 }
 
-/** Every Redis role over one new connection, once that connection is ready. */
+/** The identity HMAC secret every replica of a test shares (values are bound with a key derived from it). */
+export const TEST_HMAC_SECRET = Buffer.alloc(32, 7);
+
+/** Every Redis role over one new connection, bound (as the server does before serving), once ready. */
 export async function makeRedisRoles(url: string, options: Partial<RedisRolesOptions> = {}): Promise<RedisRoles> {
   const roles = createRedisRoles({ url, keyPrefix: uniquePrefix(), commandTimeoutMs: 2_000, ...options });
+  roles.bind(TEST_HMAC_SECRET);
   opened.push(roles);
   if (!(await roles.connection.ready(15_000))) throw new Error(`Redis on ${url} not ready within 15 s`);
   return roles;
