@@ -1,3 +1,8 @@
+/**
+ * What a client can and cannot do to other callers, over real HTTP against the real emulator:
+ * one caller never receives another's answers, the shared admin scope is read only by verified
+ * admins, and a revoked token or project access stops being served.
+ */
 import { describe, expect, it } from 'vitest';
 import { httpGet } from '../helpers/proxy.js';
 import { proxyOverEmulator } from '../helpers/setup.js';

@@ -1,0 +1,121 @@
+/**
+ * What someone who can read Redis learns (the README's threat model): after real traffic of an
+ * admin and a member through a replica, every key and value in Redis is read with an ordinary
+ * client, as `redis-cli --scan` and `GET` would.
+ *
+ * - With encryption keys: key names (user ids, operations, queries, tags, credential HMACs), and
+ *   nothing of any body, email, token or the HMAC secret.
+ * - Without: the bodies too, and the generated HMAC secret unless `identity.hmacSecret` is set.
+ * - Never a token in the clear, in any form.
+ */
+import { inflateRawSync } from 'node:zlib';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Config } from '../../src/config/schema.js';
+import type { TokenInfo } from '../helpers/emulator.js';
+import type { DeepPartial } from '../helpers/proxy.js';
+import { replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
+import { until } from '../helpers/wait.js';
+
+const env = replicasOverEmulatorAndRedis();
+const ENCRYPTION_KEY = Buffer.alloc(32, 4).toString('hex');
+const HMAC_SECRET = Buffer.alloc(32, 5);
+
+interface Dump {
+  readonly keys: string[];
+  /** Every value's bytes, and for values that gunzip (anywhere in them), those bytes too. */
+  readonly text: string;
+  readonly values: Map<string, Buffer>;
+}
+
+async function dump(prefix: string): Promise<Dump> {
+  const keys = (await env.client.keys(`${prefix}*`)).sort();
+  const values = new Map<string, Buffer>();
+  const texts: string[] = [];
+  for (const key of keys) {
+    const type = await env.client.type(key);
+    const value = type === 'string' ? await env.client.getBuffer(key) : Buffer.from((await env.client.smembers(key)).join('\n'));
+    if (value === null) continue;
+    values.set(key, value);
+    texts.push(value.toString('latin1'), ...gunzipEverywhere(value));
+  }
+  return { keys, values, text: texts.join('\n') };
+}
+
+/**
+ * A reader inflates every gzip member it finds (1f 8b 08, a 10-byte header, then deflate):
+ * compressed is not secret. Raw inflate stops at the end of the deflate data, whatever follows.
+ */
+function gunzipEverywhere(value: Buffer): string[] {
+  const out: string[] = [];
+  for (let i = value.indexOf(0x1f); i >= 0 && i < value.length - 10; i = value.indexOf(0x1f, i + 1)) {
+    if (value[i + 1] !== 0x8b || value[i + 2] !== 0x08) continue;
+    try {
+      out.push(inflateRawSync(value.subarray(i + 10)).toString('utf8'));
+    } catch {
+      // not a gzip member here
+    }
+  }
+  return out;
+}
+
+async function traffic(prefix: string, overrides: DeepPartial<Config>): Promise<{ admin: TokenInfo; member: TokenInfo; email: string }> {
+  const p = await env.replica({ ...overrides, cache: { redis: { url: env.redis.url, keyPrefix: prefix, ...overrides.cache?.redis } } });
+  const [admin, member] = [env.emulator.tokens.admin(), env.emulator.tokens.member(0)];
+  const users = await p.get('/api/v1/users', admin.token);
+  expect(users.status).toBe(200);
+  expect((await p.get(`/api/v1/projects/${member.project_ids[0]}/runs?expands=users`, member.token)).status).toBe(200);
+  // Redis writes never delay a response: wait for the entries (with their project tags) to land.
+  await until(async () => (await env.client.keys(`${prefix}{*listRuns*`)).length === 1 && (await env.client.keys(`${prefix}{*listUsers*`)).length === 1);
+  const email = (users.json().result as { email: string }[])[0]!.email;
+  return { admin, member, email };
+}
+
+describe('someone who can read Redis', () => {
+  let sealed: Dump;
+  let plain: Dump;
+  let plainConfigured: Dump;
+  let who: { admin: TokenInfo; member: TokenInfo; email: string };
+
+  beforeAll(async () => {
+    who = await traffic('sealed:', { cache: { redis: { encryptionKeys: { k1: ENCRYPTION_KEY }, encryptionKeyId: 'k1' } } });
+    sealed = await dump('sealed:');
+    await traffic('plain:', {});
+    plain = await dump('plain:');
+    await traffic('configured:', { identity: { hmacSecret: HMAC_SECRET.toString('hex') } });
+    plainConfigured = await dump('configured:');
+  });
+
+  it('with encryption keys, learns key names (user ids, operations, queries, tags, credential HMACs) and no body, email or token', () => {
+    expect(sealed.keys.some((k) => k.includes(`u:${who.member.user_id}|v1|listRuns|`))).toBe(true);
+    expect(sealed.keys.some((k) => k.startsWith('sealed:tag:project:'))).toBe(true);
+    expect(sealed.keys.some((k) => k.startsWith('sealed:json:identity:'))).toBe(true);
+    expect(sealed.text).not.toContain(who.email);
+    expect(sealed.text).not.toContain('"result"');
+    expect(sealed.text).not.toContain(`"user_id":${who.member.user_id}`);
+  });
+
+  it('with encryption keys, cannot read the generated HMAC secret either', () => {
+    const secret = sealed.values.get('sealed:secret:hmac');
+    expect(secret).toBeDefined();
+    expect(secret!.length).toBeGreaterThan(32); // sealed: IV, tag and key id around the 32 bytes
+  });
+
+  it('without encryption keys, reads the bodies (emails included) and the generated HMAC secret', () => {
+    expect(plain.text).toContain(who.email);
+    expect(plain.text).toContain('"result"');
+    expect(plain.keys).toContain('plain:secret:hmac');
+  });
+
+  it('finds no HMAC secret in Redis when identity.hmacSecret is configured', () => {
+    expect(plainConfigured.keys.filter((k) => k.includes('secret'))).toEqual([]);
+  });
+
+  it('never finds a token, in any form', () => {
+    for (const d of [sealed, plain, plainConfigured]) {
+      for (const token of [who.admin.token, who.member.token]) {
+        expect(d.text).not.toContain(token);
+        expect(d.keys.join('\n')).not.toContain(token);
+      }
+    }
+  });
+});
