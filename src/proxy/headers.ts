@@ -3,7 +3,7 @@
  * conditional requests with `ETag`/`If-None-Match` (RFC 9110 §13.1.2), so polling dashboards get a
  * body-less 304 when nothing changed.
  */
-import { ageSeconds, ttlSeconds, type CacheEntry } from '../cache/entry.js';
+import { ttlSeconds, type CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 
 export const CACHE_NAME = 'tm-cache';
@@ -35,11 +35,6 @@ export function cacheStatus(outcome: CacheOutcome, entry: CacheEntry | undefined
 
 function fwdStatus(outcome: CacheOutcome): string {
   return outcome.upstreamStatus === undefined ? '' : `; fwd-status=${outcome.upstreamStatus}`;
-}
-
-/** The `Age` header value of an entry. */
-export function ageHeader(entry: CacheEntry, now: number): string {
-  return String(ageSeconds(entry, now));
 }
 
 /**
