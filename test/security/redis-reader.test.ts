@@ -65,7 +65,8 @@ async function traffic(prefix: string, overrides: DeepPartial<Config>): Promise<
   expect(users.status).toBe(200);
   expect((await p.get(`/api/v1/projects/${member.project_ids[0]}/runs?expands=users`, member.token)).status).toBe(200);
   // Redis writes never delay a response: wait for the entries (with their project tags) to land.
-  await until(async () => (await env.client.keys(`${prefix}{*listRuns*`)).length === 1 && (await env.client.keys(`${prefix}{*listUsers*`)).length === 1);
+  const landed = async (pattern: string, count: number) => (await env.client.keys(`${prefix}${pattern}`)).length >= count;
+  await until(async () => (await landed('{*listRuns*', 1)) && (await landed('{*listUsers*', 1)) && (await landed('json:identity:*', 2)) && (await landed('tag:project:*', 1)));
   const email = (users.json().result as { email: string }[])[0]!.email;
   return { admin, member, email };
 }
