@@ -207,16 +207,22 @@ function isAdminUntil(value: unknown): boolean {
 }
 
 /** The body of GET /user, decoded if the instance compressed it although asked not to. */
+/** A user object is well under a kilobyte; a GET /user that inflates past this is not one. */
+const MAX_USER_BODY_BYTES = 64 * 1024;
+
 function decodedBody(res: UpstreamResponse): Buffer {
+  // Bounded: a small compressed body may inflate to gigabytes (a decompression bomb); past the
+  // bound zlib throws, and an unreadable body is no caller.
+  const bounded = { maxOutputLength: MAX_USER_BODY_BYTES };
   try {
     switch (res.headers['content-encoding']) {
       case 'gzip':
       case 'x-gzip':
-        return gunzipSync(res.body);
+        return gunzipSync(res.body, bounded);
       case 'deflate':
-        return inflateSync(res.body);
+        return inflateSync(res.body, bounded);
       case 'br':
-        return brotliDecompressSync(res.body);
+        return brotliDecompressSync(res.body, bounded);
       default:
         return res.body;
     }

@@ -50,7 +50,7 @@ async function close(server: Server, sockets: Set<Socket>): Promise<void> {
 }
 
 /** Answers `status` with `headers` and `body` to requests for `path` (exact, with query), and says it did. */
-export function on(path: string, status: number, headers: Record<string, string>, body = ''): Answer {
+export function on(path: string, status: number, headers: Record<string, string>, body: string | Buffer = ''): Answer {
   return (req, res) => {
     if (req.url !== path) return false;
     res.writeHead(status, headers).end(body);

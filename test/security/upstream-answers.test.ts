@@ -3,6 +3,7 @@
  * front of it, answers must not become the API's answer, a caller, or a lock-out. A node:http
  * upstream plays the parts the emulator cannot: an SSO login page, a redirect, a huge Retry-After.
  */
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { on, startHostileUpstream, type HostileUpstream } from '../helpers/hostile.js';
 import { startTestProxy, type TestProxy } from '../helpers/proxy.js';
@@ -63,6 +64,18 @@ describe('a 401 or 403 that is not JSON (an SSO gateway refusing)', () => {
       expect(res.body.toString()).toBe(page);
     }
     expect(reached('/api/v1/projects') - before).toBe(2);
+  });
+});
+
+describe('a compressed GET /user that inflates past any user object (a decompression bomb)', () => {
+  it('is no caller: inflating stops at a small bound and the client gets a 502', async () => {
+    const bomb = gzipSync(`{"id": 3, "padding": "${' '.repeat(32 * 1024 * 1024)}"}`);
+    upstream.answer = on('/api/v1/user', 200, { 'content-type': 'application/json', 'content-encoding': 'gzip' }, bomb);
+    const before = reached('/api/v1/projects');
+    const res = await proxy.get('/api/v1/projects', 'u-bomb');
+    expect(res.status).toBe(502);
+    expect(res.json()).toEqual({ message: expect.stringContaining('GET /user'), errors: {} });
+    expect(reached('/api/v1/projects')).toBe(before);
   });
 });
 
