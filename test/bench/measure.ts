@@ -5,7 +5,7 @@
 import { gunzipSync } from 'node:zlib';
 import { request } from 'undici';
 import { coreBusyPct, coreTimes, groupCpuSeconds } from './procs.js';
-import { LOAD_CPU, SERVER_CPU, type Server } from './servers.js';
+import { LOAD_CPU, SERVER_CPU, type Emulator, type Server } from './servers.js';
 import { runWrk, type WrkResult } from './wrk.js';
 
 export interface Page {
@@ -29,6 +29,22 @@ export async function fetchPage(url: string, token: string | undefined, extra: R
   // The body as the client reads it: a gzip answer is decoded, so it compares with the page.
   const body = res.headers['content-encoding'] === 'gzip' ? gunzipSync(raw) : raw;
   return { status: res.statusCode, body, headers: res.headers };
+}
+
+/** A member (not admin) token and a project of theirs with a full first page of runs. */
+export async function choosePage(emulator: Emulator): Promise<Page> {
+  for (const t of emulator.tokens.filter((t) => !t.is_admin && t.project_ids.length > 0)) {
+    for (const project of t.project_ids) {
+      const path = `/api/v1/projects/${project}/runs?expands=users`;
+      const got = await fetchPage(emulator.url + path, t.token);
+      if (got.status !== 200) continue;
+      const json = JSON.parse(got.body.toString('utf8')) as { total: number; result: unknown[] };
+      if (json.total >= 100 && json.result.length === 100) {
+        return { path, token: t.token, body: got.body, contentType: String(got.headers['content-type']) };
+      }
+    }
+  }
+  throw new Error('no member token with a project of ≥ 100 runs in the emulator');
 }
 
 export function header(f: Fetched, name: string): string {

@@ -14,7 +14,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fetchPage, type LoadOptions, type Page } from './measure.js';
+import { choosePage, type LoadOptions } from './measure.js';
 import { INSTALL_HINT } from './peers.js';
 import { canPin, findBinary, installCleanup, pinSelf, stopAll, type Proc } from './procs.js';
 import { printSummary, type Check } from './report.js';
@@ -38,22 +38,6 @@ const COALESCE_CONCURRENT = envNumber('BENCH_COALESCE', 1_000);
 const ROUNDS = envNumber('BENCH_ROUNDS', 4);
 const HIT_CONNECTIONS = 32;
 const ONLY = (process.env['BENCH_ONLY'] ?? '').split(',').filter((name) => name !== '');
-
-/** A member (not admin) token and a project of theirs with a full first page of runs. */
-async function choosePage(emulator: Emulator): Promise<Page> {
-  for (const t of emulator.tokens.filter((t) => !t.is_admin && t.project_ids.length > 0)) {
-    for (const project of t.project_ids) {
-      const path = `/api/v1/projects/${project}/runs?expands=users`;
-      const got = await fetchPage(emulator.url + path, t.token);
-      if (got.status !== 200) continue;
-      const json = JSON.parse(got.body.toString('utf8')) as { total: number; result: unknown[] };
-      if (json.total >= 100 && json.result.length === 100) {
-        return { path, token: t.token, body: got.body, contentType: String(got.headers['content-type']) };
-      }
-    }
-  }
-  throw new Error('no member token with a project of ≥ 100 runs in the emulator');
-}
 
 async function scenario<T extends { checks: Check[] }>(name: string, ctx: { results: Record<string, unknown>; checks: Check[]; failures: string[]; keep: Proc[] }, fn: () => Promise<T>): Promise<T | undefined> {
   if (ONLY.length > 0 && !ONLY.includes(name)) return undefined;

@@ -57,12 +57,14 @@ export interface TmCacheOptions {
   readonly env?: Record<string, string>;
   /** Flags for node itself, e.g. `['--cpu-prof', '--cpu-prof-dir', dir]` (profile.ts). */
   readonly nodeArgs?: readonly string[];
+  /** Another build's `dist/cli.js` (ab.ts); default this checkout's. */
+  readonly cli?: string;
 }
 
 /** `node dist/cli.js serve`, log level warn, ready when its management port says so. */
 export async function startTmCache(upstream: string, options: TmCacheOptions = {}): Promise<Server> {
   const [port, management] = [await freePort(), await freePort()];
-  const args = [...(options.nodeArgs ?? []), CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', 'warn'];
+  const args = [...(options.nodeArgs ?? []), options.cli ?? CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', 'warn'];
   if (options.redisUrl) args.push('--redis', options.redisUrl);
   const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...options.env } });
   await waitForHttp(`http://127.0.0.1:${management}/readyz`, proc);
