@@ -59,6 +59,11 @@ export class Filler<R> {
     return this.#coalescer.run(job.fillKey, () => this.#fill(job));
   }
 
+  /** Is a fill for `fillKey` running on this replica? (A stale hit then needs no refresh of its own.) */
+  isRunning(fillKey: string): boolean {
+    return this.#coalescer.isInFlight(fillKey);
+  }
+
   /** Runs the job on its own, not coalesced (a caller that must be judged by its own answer). */
   runAlone(job: FillJob<R>): Promise<FillResult<R>> {
     return this.#fill(job);

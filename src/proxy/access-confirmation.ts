@@ -22,7 +22,7 @@ import type { SharedTierBudget } from '../cache/budget.js';
 import { Coalescer } from '../cache/coalesce.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { Scope } from '../cache/key.js';
-import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, SharedStore } from './identity.js';
 
 export type Confirmation =
@@ -84,7 +84,7 @@ export class ProjectAccess {
     try {
       res = await this.o.upstream.get(`/api/v1/projects/${projectId}`, { authorization, ...UPSTREAM_HEADERS });
     } catch (err) {
-      return { kind: 'failed', error: err instanceof UpstreamError ? err : new UpstreamError('reset', String(err), { cause: err }) };
+      return { kind: 'failed', error: toUpstreamError(err) };
     }
     if (res.status === 200) {
       this.renew(userId, projectId, askedAt, budget);

@@ -55,10 +55,6 @@ export class BoundedMemo<V extends {}> {
     this.#lru.clear();
   }
 
-  get size(): number {
-    return this.#lru.size;
-  }
-
   stats(): MemoStats {
     return { entries: this.#lru.size, bytes: this.#lru.calculatedSize };
   }

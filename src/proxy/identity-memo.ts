@@ -105,10 +105,6 @@ export class IdentityMemo {
     if (this.options.refusedTtlMs > 0) this.#refused.set(credentialId, { response, until: now + this.options.refusedTtlMs });
   }
 
-  get size(): number {
-    return this.#byHeader.size;
-  }
-
   stats(): { readonly headers: MemoStats; readonly credentials: number; readonly refused: MemoStats } {
     return { headers: this.#byHeader.stats(), credentials: this.#byCredential.size, refused: this.#refused.stats() };
   }

@@ -138,12 +138,6 @@ export class IdentityResolver {
     else if (message.kind === 'all') this.memo.clear();
   }
 
-
-
-  get size(): number {
-    return this.memo.size;
-  }
-
   stats(): ReturnType<IdentityMemo['stats']> {
     return this.memo.stats();
   }

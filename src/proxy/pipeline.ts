@@ -23,7 +23,7 @@ import { makeErrorBody } from '../api/errors.js';
 import { makeBudget, type SharedTierBudget } from '../cache/budget.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
-import { UpstreamError } from '../upstream/client.js';
+import { toUpstreamError } from '../upstream/client.js';
 import { decide } from './decide.js';
 import { askForGzipVariant } from './encoding.js';
 import { cacheStatus } from './headers.js';
@@ -125,7 +125,7 @@ export class Pipeline {
       const refused: Served = { kind: 'relay', response: result.response, outcome: { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status } };
       return this.#finish(req, res, refused, operation, undefined, undefined, t);
     } catch (err) {
-      const failure = err instanceof UpstreamError ? err : new UpstreamError('reset', String(err), { cause: err });
+      const failure = toUpstreamError(err);
       // The instance is failing: a caller we knew may still get what we hold for them, if
       // identity.staleOnOutage allows and the instance itself failed, never on tm-cache's own
       // queue-full (read-through.ts serveStaleOnly; README "Revocation").

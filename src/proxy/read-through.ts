@@ -27,7 +27,7 @@ import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, t
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import type { TierName } from '../cache/tier.js';
-import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
 import { projectOf, type ProjectAccess } from './access-confirmation.js';
 import type { Decision } from './decide.js';
@@ -109,8 +109,8 @@ export class ReadThrough {
     if (found !== undefined && !d.noCache) {
       if (isFresh(found.entry, now)) return { kind: 'entry', entry: found.entry, outcome: HIT[found.tier] };
       if (isUsableWhileRevalidating(found.entry, now)) {
-        const { promise } = this.#filler.run(this.#job(d));
-        promise.catch((err: unknown) => this.o.onBackgroundError(err, d.key));
+        // Every stale hit until the refresh lands comes here: the job is built only for the first.
+        if (!this.#filler.isRunning(d.fillKey)) this.#filler.run(this.#job(d)).promise.catch((err: unknown) => this.o.onBackgroundError(err, d.key));
         return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: 'stale-while-revalidate' } };
       }
     }
@@ -131,7 +131,7 @@ export class ReadThrough {
         if (status === 401 || status === 403) result = await this.#filler.runAlone(job);
       }
     } catch (err) {
-      const failure = err instanceof UpstreamError ? err : new UpstreamError('reset', String(err), { cause: err });
+      const failure = toUpstreamError(err);
       if (found !== undefined && isUsableOnError(found.entry, now)) return staleOnError(found);
       return upstreamFailure(failure);
     }

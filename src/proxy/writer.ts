@@ -12,11 +12,12 @@
  * between (node's writeHead reads the list and keeps no reference to it).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { makeErrorBody } from '../api/errors.js';
 import { ageSeconds, readBody, ttlSeconds, type CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import { acceptsGzip, representationHeaders, type Representation } from './encoding.js';
 import { cacheStatus, matchesIfNoneMatch } from './headers.js';
-import { relayedHeaders, type Served } from './served.js';
+import { localAnswer, relayedHeaders, type Served } from './served.js';
 
 /** Writes `served` as the answer to `req`; `t` is the clock reading the answer is dated with. */
 export function writeServed(req: IncomingMessage, res: ServerResponse, served: Served, t: number): void {
@@ -42,7 +43,7 @@ function writeEntry(req: IncomingMessage, res: ServerResponse, entry: CacheEntry
   if (body === undefined) {
     // A lazily decoded body from Redis that turns out corrupt: no entry, and nothing sent yet.
     const message = 'A stored answer could not be decoded; it will be fetched again.';
-    return writeServed(req, res, { kind: 'local', status: 502, headers: {}, body: { message, errors: {} }, outcome: { kind: 'error', detail: 'decode' } }, t);
+    return writeServed(req, res, localAnswer(502, makeErrorBody(message), { kind: 'error', detail: 'decode' }), t);
   }
   const etag = gzip ? entry.gzipEtag! : entry.etag;
   const ifNoneMatch = req.headers['if-none-match'];

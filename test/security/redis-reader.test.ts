@@ -58,8 +58,12 @@ function gunzipEverywhere(value: Buffer): string[] {
   return out;
 }
 
+/**
+ * One replica's traffic, with a command timeout no loaded CI machine reaches: a timed-out command
+ * spends the request's Redis budget (budget.ts), and its writes would then never land.
+ */
 async function traffic(prefix: string, overrides: DeepPartial<Config>): Promise<{ admin: TokenInfo; member: TokenInfo; email: string }> {
-  const p = await env.replica({ ...overrides, cache: { redis: { url: env.redis.url, keyPrefix: prefix, commandTimeoutMs: 1_000, ...overrides.cache?.redis } } });
+  const p = await env.replica({ ...overrides, cache: { redis: { url: env.redis.url, keyPrefix: prefix, commandTimeoutMs: 5_000, ...overrides.cache?.redis } } });
   const [admin, member] = [env.emulator.tokens.admin(), env.emulator.tokens.member(0)];
   const users = await p.get('/api/v1/users', admin.token);
   expect(users.status).toBe(200);
