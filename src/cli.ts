@@ -6,29 +6,29 @@
  * setting exits with code 2 and a message naming the setting, the value and what is allowed.
  */
 import { pino, type Logger } from 'pino';
+import { COMMAND_HELP, DEMO_FLAGS, EMULATOR_FLAGS, USAGE, flagNames, isHelpFlag } from './cli-help.js';
+import { VERSION } from './version.js';
 import { parseFlags } from './config/flags.js';
 import { ConfigError, assertUpstream, loadConfig } from './config/load.js';
+import { reload } from './config/reload.js';
+import { LogSink } from './ops/log-sink.js';
 import type { Config } from './config/schema.js';
 import { startEmulator } from './emulator/server.js';
 import { startProxy, type RunningProxy } from './proxy/server.js';
 
-const USAGE = `Usage:
-  tm-cache serve --upstream URL [--host H] [--port P] [--management-port M] [--redis URL] [--config FILE] [--log-level L]
-  tm-cache emulator [--host 127.0.0.1] [--port 4010] [--seed 42] [--scale small|medium|large]
-  tm-cache demo [--port 8080] [--emulator-port 4010]
-
-Every serve flag is also an environment variable (TM_CACHE_UPSTREAM, TM_CACHE_HOST, TM_CACHE_PORT,
-TM_CACHE_MANAGEMENT_PORT, TM_CACHE_REDIS, TM_CACHE_CONFIG, TM_CACHE_IDENTITY_TTL_MS, ...); every other
-setting lives in config/default.yaml and can be overridden with --config FILE.`;
-
 const EXIT_USAGE = 2;
 
 function makeLogger(level: Config['server']['logLevel']): Logger {
+  // A line per request (the access log) is written through a buffer, not sonic-boom: see
+  // log-sink.ts. Flushed before exit (onSignals, `exit`).
+  const destination = new LogSink(1);
+  // An exit nobody planned (process.exit elsewhere, a crash): what is buffered still goes out.
+  process.once('exit', () => destination.flushSync());
   return pino({
     level,
     // Credentials never reach a log line, whatever a caller of the logger passes along.
     redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization', '*.authorization'], censor: '[redacted]' },
-  });
+  }, destination);
 }
 
 /** `--name value` / `--name=value` flags of the small subcommands (emulator, demo), by name without `--`. */
@@ -61,10 +61,10 @@ function onSignals(close: () => Promise<void>, logger?: Logger): void {
     closing = true;
     logger?.info({ signal }, 'shutting down');
     close().then(
-      () => process.exit(0),
+      () => exit(0, logger),
       (err: unknown) => {
         logger?.error({ err }, 'shutdown failed');
-        process.exit(1);
+        exit(1, logger);
       },
     );
   };
@@ -73,7 +73,7 @@ function onSignals(close: () => Promise<void>, logger?: Logger): void {
 }
 
 async function runEmulator(argv: readonly string[]): Promise<void> {
-  const flags = simpleFlags(argv, ['--host', '--port', '--seed', '--scale']);
+  const flags = simpleFlags(argv, flagNames(EMULATOR_FLAGS));
   const emulator = await startEmulator({
     host: flags['host'] ?? '127.0.0.1',
     port: intFlag(flags, 'port', 4010, 0, 65535),
@@ -100,21 +100,39 @@ async function emulatorTokens(url: string): Promise<EmulatorToken[]> {
   return (await res.json()) as EmulatorToken[];
 }
 
+/** Exits once the log lines written so far are out (the logger writes asynchronously). */
+function exit(code: number, logger?: Logger): void {
+  if (logger === undefined) process.exit(code);
+  logger.flush(() => process.exit(code));
+}
+
 async function runServe(argv: readonly string[]): Promise<void> {
-  const config = loadConfig({ argv, env: process.env });
-  assertUpstream(config);
+  const load = (): Config => {
+    const loaded = loadConfig({ argv, env: process.env });
+    assertUpstream(loaded);
+    return loaded;
+  };
+  const config = load();
   const logger = makeLogger(config.server.logLevel);
   const proxy = await startProxy(config, { logger });
   logger.info({ url: proxy.url, management: proxy.managementUrl, upstream: config.upstream.url }, 'tm-cache serving');
   onSignals(() => proxy.close(), logger);
+  // SIGHUP re-reads the config file and environment (reload.ts); it never stops the process.
+  process.on('SIGHUP', () => void reload(load, proxy, logger));
 }
 
+type DemoPortFlag = '--port' | '--management-port' | '--emulator-port';
+const DEMO_DEFAULT_PORTS: Readonly<Record<DemoPortFlag, number>> = { '--port': 8080, '--management-port': 9090, '--emulator-port': 4010 };
+
 async function runDemo(argv: readonly string[]): Promise<void> {
-  const flags = simpleFlags(argv, ['--port', '--emulator-port', '--management-port']);
-  const emulator = await startEmulator({ host: '127.0.0.1', port: intFlag(flags, 'emulator-port', 4010, 0, 65535), seed: 42, scale: 'small' });
+  const flags = simpleFlags(argv, flagNames(DEMO_FLAGS));
+  const ports = Object.fromEntries(
+    Object.entries(DEMO_DEFAULT_PORTS).map(([flag, port]) => [flag, intFlag(flags, flag.slice(2), port, 0, 65535)]),
+  ) as Record<DemoPortFlag, number>;
+  const emulator = await startEmulator({ host: '127.0.0.1', port: ports['--emulator-port'], seed: 42, scale: 'small' })
+    .catch((err: unknown) => Promise.reject(portInUse(err, ports)));
   const config = loadConfig({
-    argv: ['--upstream', emulator.url, '--port', String(intFlag(flags, 'port', 8080, 0, 65535)),
-      '--management-port', String(intFlag(flags, 'management-port', 9090, 0, 65535))],
+    argv: ['--upstream', emulator.url, '--port', String(ports['--port']), '--management-port', String(ports['--management-port'])],
     env: { TM_CACHE_LOG_LEVEL: process.env['TM_CACHE_LOG_LEVEL'] ?? 'warn' },
   });
   const logger = makeLogger(config.server.logLevel);
@@ -123,7 +141,7 @@ async function runDemo(argv: readonly string[]): Promise<void> {
     proxy = await startProxy(config, { logger });
   } catch (err) {
     await emulator.close();
-    throw err;
+    throw portInUse(err, ports);
   }
   const tokens = await emulatorTokens(emulator.url);
   printDemo(proxy, emulator.url, tokens);
@@ -154,6 +172,10 @@ Ctrl-C stops both.`);
 
 async function main(argv: readonly string[]): Promise<void> {
   const [command, ...rest] = argv;
+  if ((command === 'serve' || command === 'emulator' || command === 'demo') && rest.some(isHelpFlag)) {
+    console.log(COMMAND_HELP[command]);
+    return;
+  }
   switch (command) {
     case 'serve':
       return runServe(rest);
@@ -167,13 +189,37 @@ async function main(argv: readonly string[]): Promise<void> {
     case '-h':
       console.log(USAGE);
       return;
+    case '--version':
+      console.log(VERSION);
+      return;
     default:
       console.error(`tm-cache: unknown command "${command}"\n\n${USAGE}`);
       process.exit(EXIT_USAGE);
   }
 }
 
+/** A port the demo needs is taken: say which, and how to choose others, instead of a bare EADDRINUSE. */
+class PortInUseError extends Error {
+  override readonly name = 'PortInUseError';
+}
+
+function portInUse(err: unknown, ports: Readonly<Record<DemoPortFlag, number>>): unknown {
+  const { code, port } = err as { code?: string; port?: number };
+  if (code !== 'EADDRINUSE') return err;
+  const flag = (Object.keys(ports) as DemoPortFlag[]).find((f) => ports[f] === port);
+  const which = flag === undefined ? '' : ` (set by ${flag}${ports[flag] === DEMO_DEFAULT_PORTS[flag] ? ', its default' : ''})`;
+  return new PortInUseError(
+    `port ${port ?? '?'}${which} is already in use. Choose other ports with --port P (proxy), --management-port M ` +
+      '(management) and --emulator-port E (emulator); 0 picks a free port. E.g. tm-cache demo --port 18080 ' +
+      '--management-port 19090 --emulator-port 14010 (through npm: npm run demo -- --port 18080 ...)',
+  );
+}
+
 main(process.argv.slice(2)).catch((err: unknown) => {
+  if (err instanceof PortInUseError) {
+    console.error(`tm-cache demo: ${err.message}`);
+    process.exit(1);
+  }
   if (err instanceof ConfigError) {
     console.error(`tm-cache: ${err.message}`);
     process.exit(EXIT_USAGE);

@@ -2,16 +2,19 @@
  * The built command, started the way the container image starts it: `node dist/cli.js serve`,
  * configured through the environment. (`npm test` builds dist/ first.)
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEMO_FLAGS, EMULATOR_FLAGS, SERVE_FLAGS } from '../src/cli-help.js';
+import { CONFIG_OVERRIDES } from '../src/config/load.js';
 import { startTestEmulator, type TestEmulator } from './helpers/emulator.js';
 import { httpGet } from './helpers/proxy.js';
+import { CLI, startServe } from './helpers/serve.js';
 
-const CLI = new URL('../dist/cli.js', import.meta.url).pathname;
 
 interface Run {
   code: number | null;
@@ -27,26 +30,6 @@ async function run(args: string[], env: Record<string, string> = {}): Promise<Ru
   child.stderr.on('data', (d) => (stderr += d));
   const [code] = (await once(child, 'exit')) as [number | null];
   return { code, stdout, stderr };
-}
-
-/** Starts `serve` and resolves once it logs that it is serving, with the URLs it listens on. */
-async function startServe(env: Record<string, string>): Promise<{ child: ChildProcess; url: string; management: string; output: () => string }> {
-  const child = spawn(process.execPath, [CLI, 'serve'], { env: { PATH: process.env['PATH'] ?? '', ...env } });
-  let output = '';
-  child.stderr.on('data', (d) => (output += d));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`serve did not start:\n${output}`)), 15_000);
-    child.once('exit', (code) => reject(new Error(`serve exited with ${code}:\n${output}`)));
-    child.stdout.on('data', (d: Buffer) => {
-      output += d;
-      const line = output.split('\n').find((l) => l.includes('tm-cache serving'));
-      if (line) {
-        clearTimeout(timer);
-        const { url, management } = JSON.parse(line) as { url: string; management: string };
-        resolve({ child, url, management, output: () => output });
-      }
-    });
-  });
 }
 
 beforeAll(() => {
@@ -76,7 +59,7 @@ describe('tm-cache serve', () => {
     expect((await httpGet(`${serve.management}/healthz`)).json()).toEqual({ status: 'ok' });
     expect((await httpGet(`${serve.management}/readyz`)).status).toBe(200);
     const metrics = (await httpGet(`${serve.management}/metrics`)).body.toString();
-    expect(metrics).toMatch(/tm_cache_requests_total\{outcome="hit",tier="memory",operation="listRuns"\} 1/);
+    expect(metrics).toMatch(/tm_cache_requests_total\{outcome="hit",tier="memory",operation="listRuns",status_class="2xx"\} 1/);
 
     await emulator.faults({ latency_ms: 400 });
     const inFlight = httpGet(`${serve.url}/api/v1/projects/${project_ids[0]}/runs?per_page=25`, token);
@@ -86,8 +69,10 @@ describe('tm-cache serve', () => {
     await emulator.clearFaults();
     expect(res.status).toBe(200);
     expect(code).toBe(0);
-    // One debug line per request, and never the credential.
-    expect(serve.output()).toMatch(/"operation":"listRuns"/);
+    // One access line per request (the in-flight one too, written before exit), never the credential.
+    const access = serve.output().split('\n').filter((l) => l.includes('"msg":"access"'));
+    expect(access.length).toBeGreaterThanOrEqual(3);
+    expect(access.at(-1)).toMatch(/"op":"listRuns".*"status":200.*"outcome":"miss"/);
     expect(serve.output()).not.toContain(token);
   });
 
@@ -126,5 +111,68 @@ describe('tm-cache serve', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('tm-cache --help, <command> --help, --version', () => {
+  it.each([['--help'], ['-h'], ['help'], []])('prints the commands on stdout and exits 0 for %j', async (...args) => {
+    const r = await run(args);
+    expect(r.code).toBe(0);
+    for (const command of ['serve', 'emulator', 'demo', '--version']) expect(r.stdout).toContain(command);
+    expect(r.stderr).toBe('');
+  });
+
+  it.each([
+    ['serve', SERVE_FLAGS],
+    ['emulator', EMULATOR_FLAGS],
+    ['demo', DEMO_FLAGS],
+  ] as const)('%s --help and -h list every flag the command accepts, one line each, and exit 0', async (command, flags) => {
+    for (const help of ['--help', '-h']) {
+      const r = await run([command, help]);
+      expect(r.code).toBe(0);
+      expect(r.stderr).toBe('');
+      expect(r.stdout).toContain(`Usage: tm-cache ${command}`);
+      const flagLines = r.stdout.split('\n').filter((l) => /^ {2}--?\w/.test(l));
+      expect(flagLines.map((l) => l.trim().split(/[\s,]/)[0])).toEqual([...flags.map((f) => f.flag), '-h']);
+    }
+  });
+
+  it('serve --help lists every flag the config loader accepts', async () => {
+    const r = await run(['serve', '--help']);
+    const accepted = [...CONFIG_OVERRIDES.flatMap((o) => (o.flag === undefined ? [] : [o.flag])), '--config'];
+    for (const flag of accepted) expect(r.stdout).toMatch(new RegExp(`^ {2}${flag} `, 'm'));
+  });
+
+  it('--version prints the version of package.json', async () => {
+    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+    const r = await run(['--version']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toBe(pkg.version);
+  });
+
+  it('still refuses an unknown flag with exit 2 and a message', async () => {
+    const r = await run(['demo', '--hepl']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/unknown flag --hepl; allowed: --port, --management-port, --emulator-port/);
+  });
+});
+
+describe('tm-cache demo on a taken port', () => {
+  let blocker: Server;
+  let taken: number;
+  beforeAll(async () => {
+    blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    taken = (blocker.address() as AddressInfo).port;
+  });
+  afterAll(() => new Promise<void>((resolve) => blocker.close(() => resolve())));
+
+  it.each([['--port'], ['--management-port'], ['--emulator-port']])('names the port taken through %s and the flags that choose others, without a stack trace', async (flag) => {
+    const ports: Record<string, string> = { '--port': '0', '--management-port': '0', '--emulator-port': '0', [flag]: String(taken) };
+    const r = await run(['demo', ...Object.entries(ports).flat()]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`port ${taken} (set by ${flag}) is already in use`);
+    for (const f of DEMO_FLAGS) expect(r.stderr).toContain(f.flag);
+    expect(r.stderr).not.toMatch(/EADDRINUSE|\n\s+at /);
   });
 });

@@ -133,7 +133,7 @@ export async function openEntry(stored: Buffer, guard: ValueGuard, boundTo: stri
   const opened = openPayload(stored, guard, boundTo);
   if (!Buffer.isBuffer(opened)) return opened;
   try {
-    return parseEntry(opened, (flags & FLAG_GZIP) !== 0);
+    return parseEntry(opened, (flags & FLAG_GZIP) !== 0, (flags & PROTECTION) !== 0);
   } catch (error) {
     return rejected('invalid', error instanceof Error ? error.message : String(error));
   }
@@ -145,7 +145,8 @@ export async function decodeEntry(stored: Buffer, guard: ValueGuard, boundTo: st
   return decoded.kind === 'ok' ? decoded.value : undefined;
 }
 
-function parseEntry(plain: Buffer, gzipped: boolean): Decoded<CacheEntry> {
+/** `authenticated`: the value passed its MAC or GCM tag (openPayload), so its bytes are the ones written. */
+function parseEntry(plain: Buffer, gzipped: boolean, authenticated: boolean): Decoded<CacheEntry> {
   const metaLength = plain.readUInt32BE(0);
   if (META_LENGTH_BYTES + metaLength > plain.length) return rejected('invalid', 'metadata length');
   const meta = parseMeta(plain.subarray(META_LENGTH_BYTES, META_LENGTH_BYTES + metaLength));
@@ -155,7 +156,7 @@ function parseEntry(plain: Buffer, gzipped: boolean): Decoded<CacheEntry> {
   if (meta.bodyLength === undefined || meta.bodyLength > MAX_DECODED_BODY_BYTES) return rejected('invalid', 'bodyLength');
   if (!looksLikeGzipOf(rawBody, meta.bodyLength)) return rejected('invalid', 'gzip stream');
   // A view, not a copy: the stored value was read (or decrypted) into a buffer of our own.
-  return { kind: 'ok', value: lazyEntry(meta, meta.bodyLength, rawBody) };
+  return { kind: 'ok', value: lazyEntry(meta, meta.bodyLength, rawBody, authenticated) };
 }
 
 /** The key id an entry or value was sealed with; undefined when it is not sealed. */
@@ -236,8 +237,8 @@ function macOf(macKey: Buffer, header: Buffer, boundTo: string, plain: Buffer): 
  * the announced length); a stream that still fails to decode makes the getter throw, which
  * `readBody` (entry.ts) turns into "no entry" for the callers that serve it.
  */
-function lazyEntry(meta: StoredMeta, bodyLength: number, gzip: Buffer): CacheEntry {
-  return new StoredEntry(meta, bodyLength, gzip);
+function lazyEntry(meta: StoredMeta, bodyLength: number, gzip: Buffer, authenticated: boolean): CacheEntry {
+  return new StoredEntry(meta, bodyLength, gzip, authenticated);
 }
 
 /**
@@ -256,11 +257,15 @@ class StoredEntry implements CacheEntry {
   readonly gzipEtag: string;
   #body: Buffer | undefined;
 
+  readonly #authenticated: boolean;
+
   constructor(
     meta: StoredMeta,
     readonly bodyLength: number,
     readonly gzip: Buffer,
+    authenticated: boolean,
   ) {
+    this.#authenticated = authenticated;
     this.status = meta.status;
     this.headers = meta.headers;
     this.etag = meta.etag;
@@ -273,10 +278,28 @@ class StoredEntry implements CacheEntry {
   }
 
   get body(): Buffer {
-    // chunkSize = the known length: one output buffer, no copy (a third faster than the default).
-    this.#body ??= zlib.gunzipSync(this.gzip, { chunkSize: Math.max(this.bodyLength, 64), maxOutputLength: MAX_DECODED_BODY_BYTES });
+    this.#body ??= gunzipKnownLength(this.gzip, this.bodyLength, this.#authenticated);
     return this.#body;
   }
+}
+
+/**
+ * The identity bytes of a gzip member whose decoded length is known (and was checked against its
+ * ISIZE), inflated into one output buffer: chunkSize is the length plus one byte, so that zlib
+ * ends the stream with room to spare and neither allocates a second chunk nor concatenates (with
+ * exactly the length it would allocate a spare chunk of that size, unused, on every decode).
+ * An authenticated value (MAC or AES-GCM tag over these very bytes) is inflated as the raw
+ * deflate stream inside the gzip wrapper (RFC 1952 §2.3: a 10-byte header when FLG is 0, as zlib
+ * writes it; CRC-32 and ISIZE after), without recomputing the CRC-32 of the output: the tag is
+ * the stronger check of the same bytes. Anything else goes through gunzip, CRC-32 checked.
+ * Throws when the stream is corrupt or decodes to another length (readBody: no entry).
+ */
+function gunzipKnownLength(gzip: Buffer, length: number, authenticated: boolean): Buffer {
+  const options = { chunkSize: Math.max(length + 1, zlib.constants.Z_MIN_CHUNK), maxOutputLength: MAX_DECODED_BODY_BYTES };
+  const plainHeader = authenticated && gzip.length >= 18 && gzip[2] === 8 && gzip[3] === 0;
+  const body = plainHeader ? zlib.inflateRawSync(gzip.subarray(10, gzip.length - 8), options) : zlib.gunzipSync(gzip, options);
+  if (body.length !== length) throw new Error(`stored body decoded to ${body.length} bytes, ${length} announced`);
+  return body;
 }
 
 /** RFC 1952: magic 1f 8b, and the last 4 bytes (ISIZE) are the decoded length mod 2^32. */

@@ -33,6 +33,11 @@ export function makeKeySuffix(req: CanonicalRequest): string {
   return `|${KEY_VERSION}|${req.op.id}|${ids}|${query}`;
 }
 
+/** The tag every entry of one operation and path ids carries: `op:listRuns:5`, `op:listProjects`. */
+export function operationTag(op: { readonly id: string; readonly pathIds: readonly string[] }, ids: Readonly<Record<string, number | undefined>>): string {
+  return op.pathIds.length === 0 ? `op:${op.id}` : `op:${op.id}:${op.pathIds.map((name) => ids[name]).join(',')}`;
+}
+
 export function makeKey(scope: Scope, suffix: string): string {
   return scope + suffix;
 }

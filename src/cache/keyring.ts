@@ -61,7 +61,9 @@ export function openSealed(sealed: Buffer, keyring: Keyring, aad: Buffer): Buffe
     const decipher = createDecipheriv(CIPHER, key, iv);
     decipher.setAAD(Buffer.concat([aad, prefix]));
     decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
-    return Buffer.concat([decipher.update(ciphertext), decipher.final()]);
+    const plain = decipher.update(ciphertext);
+    const rest = decipher.final(); // GCM is a stream mode: empty, once the tag checked
+    return rest.length === 0 ? plain : Buffer.concat([plain, rest]);
   } catch {
     return undefined;
   }

@@ -30,6 +30,21 @@ export interface MemoryTierOptions {
   maxEntryBytes?: number;
   /** Clock in ms since epoch; injectable so tests move time instead of sleeping. */
   now?: () => number;
+  /** Called for each entry evicted to make room (metrics). */
+  onEvict?: () => void;
+}
+
+/** What the LRU holds per key: the entry, and how often it was served from here. */
+interface Slot {
+  readonly entry: CacheEntry;
+  hits: number;
+}
+
+/** One entry as the admin API lists it (no body). */
+export interface ListedEntry {
+  readonly key: string;
+  readonly entry: CacheEntry;
+  readonly hits: number;
 }
 
 export interface MemoryTierStats {
@@ -42,7 +57,7 @@ export class MemoryTier implements CacheTier {
   readonly maxBytes: number;
   readonly maxEntryBytes: number;
   readonly #now: () => number;
-  readonly #lru: LRUCache<string, CacheEntry>;
+  readonly #lru: LRUCache<string, Slot>;
   /** tag → keys carrying it; kept in step with the LRU by `set` and `dispose`. */
   readonly #keysByTag = new Map<string, Set<string>>();
 
@@ -53,14 +68,18 @@ export class MemoryTier implements CacheTier {
       throw new Error(`maxBytes must be more than ${ENTRY_OVERHEAD_BYTES}, got ${this.maxBytes}`);
     }
     this.#now = options.now ?? Date.now;
-    this.#lru = new LRUCache<string, CacheEntry>({
+    const onEvict = options.onEvict;
+    this.#lru = new LRUCache<string, Slot>({
       maxSize: this.maxBytes,
-      sizeCalculation: entrySizeBytes,
+      sizeCalculation: (slot) => entrySizeBytes(slot.entry),
       // No lru-cache TTLs: with them every get reads the clock. Expiry is checked here instead,
       // against the entry's own times, only when an entry is found (see get).
       allowStale: false,
       updateAgeOnGet: false,
-      dispose: (entry, key) => this.#unindex(key, entry),
+      dispose: (slot, key, reason) => {
+        this.#unindex(key, slot.entry);
+        if (reason === 'evict') onEvict?.();
+      },
     });
   }
 
@@ -69,16 +88,20 @@ export class MemoryTier implements CacheTier {
    * order. An entry past `expiresAt` is never returned (and is dropped on the way).
    */
   get(key: string, now?: number): CacheEntry | undefined {
-    const entry = this.#lru.get(key, GET_OPTIONS as object);
-    if (entry === undefined) return undefined;
-    if (expiresAt(entry) > (now ?? this.#now())) return entry;
+    const slot = this.#lru.get(key, GET_OPTIONS as object);
+    if (slot === undefined) return undefined;
+    const entry = slot.entry;
+    if (expiresAt(entry) > (now ?? this.#now())) {
+      slot.hits++;
+      return entry;
+    }
     this.#lru.delete(key);
     return undefined;
   }
 
   /** As `get`, but the LRU order stays as it was; an expired entry is left for `get` or eviction. */
   peek(key: string, now?: number): CacheEntry | undefined {
-    const entry = this.#lru.peek(key, GET_OPTIONS as object);
+    const entry = this.#lru.peek(key, GET_OPTIONS as object)?.entry;
     return entry !== undefined && expiresAt(entry) > (now ?? this.#now()) ? entry : undefined;
   }
 
@@ -92,7 +115,7 @@ export class MemoryTier implements CacheTier {
     }
     // Order matters: replacing a value disposes the old one (unindexing its tags) inside set,
     // so the new tags must be indexed after it.
-    this.#lru.set(key, entry);
+    this.#lru.set(key, { entry, hits: 0 });
     for (const tag of entry.tags) {
       let keys = this.#keysByTag.get(tag);
       if (!keys) this.#keysByTag.set(tag, (keys = new Set()));
@@ -106,8 +129,12 @@ export class MemoryTier implements CacheTier {
    * `current` is still what the key holds and `next` fits; otherwise leaves the key alone.
    */
   replace(key: string, current: CacheEntry, next: CacheEntry): boolean {
-    if (entrySizeBytes(next) > this.maxEntryBytes || this.#lru.peek(key, GET_OPTIONS as object) !== current) return false;
-    return this.set(key, next);
+    const slot = this.#lru.peek(key, GET_OPTIONS as object);
+    if (entrySizeBytes(next) > this.maxEntryBytes || slot?.entry !== current) return false;
+    const hits = slot.hits;
+    const stored = this.set(key, next);
+    if (stored) this.#lru.peek(key, GET_OPTIONS as object)!.hits = hits;
+    return stored;
   }
 
   /** True when an entry was there. */
@@ -130,6 +157,18 @@ export class MemoryTier implements CacheTier {
   clear(): void {
     this.#lru.clear();
     this.#keysByTag.clear();
+  }
+
+  /** The live entries, most recently used first; `filter` sees each key and entry. */
+  list(filter: (key: string, entry: CacheEntry) => boolean, limit: number, now = this.#now()): { entries: ListedEntry[]; total: number } {
+    const entries: ListedEntry[] = [];
+    let total = 0;
+    for (const [key, slot] of this.#lru.entries()) {
+      if (expiresAt(slot.entry) <= now || !filter(key, slot.entry)) continue;
+      total++;
+      if (entries.length < limit) entries.push({ key, entry: slot.entry, hits: slot.hits });
+    }
+    return { entries, total };
   }
 
   stats(): MemoryTierStats {

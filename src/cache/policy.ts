@@ -60,7 +60,13 @@ export class FreshnessPolicy {
   /** Project of each run/session/milestone/source seen, so a write to `/runs/7` can drop its project's lists. */
   private readonly projectOf = new Map<string, number>();
 
-  constructor(private readonly freshness: Config['cache']['freshness'], private readonly staleIfErrorMs: number) {}
+  constructor(private freshness: Config['cache']['freshness'], private staleIfErrorMs: number) {}
+
+  /** New freshness rules (a reload): answers stored from now on follow them; stored ones keep theirs. */
+  reconfigure(freshness: Config['cache']['freshness'], staleIfErrorMs: number): void {
+    this.freshness = freshness;
+    this.staleIfErrorMs = staleIfErrorMs;
+  }
 
   decide(req: CanonicalRequest, body: Buffer): EntryPolicy {
     const op = req.op;

@@ -19,8 +19,9 @@
  * entry keys carrying a tag, `tmc:json:<ns>:<key>` shared values, `tmc:secret:<name>` secrets,
  * `tmc:invalidate` the invalidation channel.
  */
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Cluster, ReplyError } from 'ioredis';
+import { Cluster, ReplyError, type Redis } from 'ioredis';
 import { DEFAULT_BREAKER_COOLDOWN_MS, DEFAULT_BREAKER_THRESHOLD, DEFAULT_KEY_PREFIX } from '../config/schema.js';
 import { CircuitBreaker } from './breaker.js';
 import type { SharedTierBudget } from './budget.js';
@@ -41,6 +42,8 @@ export interface RedisConnectionSettings extends RedisConnectionOptions {
   breakerThreshold?: number;
   /** How long the open breaker skips Redis before a probe (ms); default 1000. */
   breakerCooldownMs?: number;
+  /** Each operation sent, by kind, with its duration in seconds, answered or failed (metrics). */
+  onCommand?: (kind: string, seconds: number) => void;
 }
 
 export interface RedisFailureStats extends FailureCounts {
@@ -71,6 +74,25 @@ export interface ChannelHandlers {
 }
 
 const READY_POLL_MS = 20;
+const WAIT_FIRST_POLL_MS = 5;
+const WAIT_MAX_POLL_MS = 50;
+
+/** What a poll of `whileLocked` answers while the lock is still held: poll again. */
+export const STILL_LOCKED = Symbol('still locked');
+
+const LOCK_SCRIPTS = {
+  // Deletes a lock only if it still holds our token: an expired lock taken over by another
+  // replica must not be released by us.
+  tmcUnlock: {
+    numberOfKeys: 1,
+    lua: `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`,
+  },
+};
+
+interface LockCommands {
+  tmcUnlock(lockKey: string, token: string): Promise<number>;
+}
 
 export class RedisConnection {
   readonly keyPrefix: string;
@@ -81,6 +103,7 @@ export class RedisConnection {
   readonly #settings: RedisConnectionSettings;
   readonly #logger: TierLogger;
   readonly #breaker: CircuitBreaker;
+  readonly #onCommand: ((kind: string, seconds: number) => void) | undefined;
   /** How values are bound to their keys; undefined until `bind()`. */
   #guard: ValueGuard | undefined;
   #subscriber: RedisClient | undefined;
@@ -100,7 +123,14 @@ export class RedisConnection {
       threshold: settings.breakerThreshold ?? DEFAULT_BREAKER_THRESHOLD,
       cooldownMs: settings.breakerCooldownMs ?? DEFAULT_BREAKER_COOLDOWN_MS,
     });
+    this.#onCommand = settings.onCommand;
+    this.defineScripts(LOCK_SCRIPTS);
     watchConnection(this.#client, 'connection', this.failures, this.#logger, () => this.#closed);
+  }
+
+  /** Connections to each master (a cluster's), or the one server: where a SCAN must run. */
+  masters(): Redis[] {
+    return this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client as Redis];
   }
 
   entryKey(key: string): string {
@@ -202,6 +232,43 @@ export class RedisConnection {
     return { ...counts, errors: counts.total, skipped: this.#breaker.skipped };
   }
 
+  /**
+   * A cross-replica lock (the fill lock's, the shared store's): SET NX PX, answering a token if
+   * this replica took it, undefined if another holds it or Redis cannot answer. It expires by
+   * itself, so a replica that dies holding it delays the others by at most `ttlMs`.
+   */
+  async tryLock(lockKey: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined> {
+    const token = randomBytes(16).toString('base64url');
+    const result = await this.call('lock', (c) => c.set(lockKey, token, 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX'), budget);
+    return result === 'OK' ? token : undefined;
+  }
+
+  /** Releases a lock only if it still holds `token`. */
+  async unlock(lockKey: string, token: string): Promise<void> {
+    await this.call('lock', (c) => (c as unknown as LockCommands).tmcUnlock(lockKey, token));
+  }
+
+  /**
+   * Waits for what another replica produces under its lock: `poll` answers STILL_LOCKED (poll
+   * again, 5 ms doubling to 50 ms) or the outcome; undefined at `timeoutMs`.
+   *
+   * Polling rather than a pub/sub notice: a notice would need a subscription per waited key or
+   * a broadcast of every fill to every replica (in a cluster, to every node), and a lost message
+   * would leave waiters to the timeout. The work waited for takes an upstream round trip (tens to
+   * hundreds of ms), so a poll adds at most its interval, and waiting is rare: within a replica,
+   * that work is already coalesced.
+   */
+  async whileLocked<T>(timeoutMs: number, poll: () => Promise<T | typeof STILL_LOCKED>): Promise<T | undefined> {
+    const deadline = performance.now() + timeoutMs;
+    for (let delayMs = WAIT_FIRST_POLL_MS; ; delayMs = Math.min(delayMs * 2, WAIT_MAX_POLL_MS)) {
+      const polled = await poll();
+      if (polled !== STILL_LOCKED) return polled;
+      const remainingMs = deadline - performance.now();
+      if (remainingMs <= 0) return undefined;
+      await sleep(Math.min(delayMs, remainingMs));
+    }
+  }
+
   /** Registers scripts as client commands (a role's, once, at construction). */
   defineScripts(scripts: Record<string, RedisScript>): void {
     for (const [name, script] of Object.entries(scripts)) this.#client.defineCommand(name, script);
@@ -217,11 +284,14 @@ export class RedisConnection {
     if (budget?.sharedTierSpent) return undefined;
     if (!this.healthy()) return this.recordUnavailable(kind);
     if (!this.#breaker.allows()) return undefined;
+    const started = performance.now();
     try {
       const result = await operation(this.#client);
+      this.#onCommand?.(kind, (performance.now() - started) / 1_000);
       this.#breaker.succeeded();
       return result;
     } catch (error) {
+      this.#onCommand?.(kind, (performance.now() - started) / 1_000);
       this.failures.record(kind, error);
       if (error instanceof ReplyError) {
         this.#breaker.succeeded();

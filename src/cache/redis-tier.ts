@@ -116,6 +116,26 @@ export class RedisTier implements CacheTier {
     return dropped;
   }
 
+  /**
+   * Drops every entry under this tier's prefix: SCAN (each master of a cluster) for entry keys,
+   * `<prefix>{<key>}`, and UNLINK what it finds, in batches. Tag sets expire by themselves. An
+   * operator's purge of everything, not a request path: it may take a while on a large Redis.
+   */
+  async purgeAll(): Promise<number> {
+    const pattern = `${escapeGlob(this.connection.keyPrefix)}{*}`;
+    let dropped = 0;
+    for (const node of this.connection.masters()) {
+      let cursor = '0';
+      do {
+        const page = await this.connection.call('purge', () => node.scan(cursor, 'MATCH', pattern, 'COUNT', 1_000));
+        if (page === undefined) return dropped;
+        cursor = page[0];
+        dropped += await this.#unlinkAll(page[1]);
+      } while (cursor !== '0');
+    }
+    return dropped;
+  }
+
   /** The connection's failure counts (every role's), with this tier's hits and misses. */
   stats(): RedisTierStats {
     return { ...this.connection.stats(), hits: this.#hits, misses: this.#misses };
@@ -173,6 +193,11 @@ export class RedisTier implements CacheTier {
     const counts = await Promise.all(batches.map(unlink));
     return counts.reduce<number>((sum, n) => sum + (n ?? 0), 0);
   }
+}
+
+/** A literal string as a Redis glob pattern (SCAN MATCH). */
+function escapeGlob(text: string): string {
+  return text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 }
 
 function chunk<T>(items: T[], size: number): T[][] {

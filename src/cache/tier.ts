@@ -47,6 +47,11 @@ export interface CacheTier {
    * replicas to exactly the tiers that have it.
    */
   clear?(): MaybePromise<void>;
+  /**
+   * Drops every entry of a shared tier (the admin API's purge of everything), leaving what is not
+   * an entry (identities, secrets) alone; answers how many entries it dropped.
+   */
+  purgeAll?(): Promise<number>;
   /** Lets work in flight finish; the tier answers nothing useful afterwards. */
   close(): MaybePromise<void>;
 }

@@ -129,6 +129,24 @@ export class TieredCache {
     return counts;
   }
 
+  /**
+   * Drops every entry in every tier (the admin API's purge of everything), then on every other
+   * replica (their private tiers clear on the bus's `all`). Answers what each tier dropped.
+   */
+  async purgeAll(): Promise<TierCounts> {
+    const counts: TierCounts = {};
+    for (const tier of this.tiers as readonly CacheTier[]) {
+      if (tier.purgeAll) counts[tier.name] = await tier.purgeAll();
+      else if (tier.clear) {
+        const before = tier === this.memory ? this.memory.stats().entries : 0;
+        await tier.clear();
+        counts[tier.name] = before;
+      }
+    }
+    await this.#bus?.publish({ kind: 'all' });
+    return counts;
+  }
+
   /** Readiness: true without a bus; with one, once it can send and listens (bounded wait). */
   async ready(timeoutMs: number): Promise<boolean> {
     return this.#bus ? this.#bus.ready(timeoutMs) : true;

@@ -102,6 +102,18 @@ export const ConfigSchema = section({
     staleOnOutage: boolean(true),
   }),
   access: section({ ttlMs: durationMs(1, 300_000), projectConfirmMs: durationMs(0, 30_000) }),
+  log: section({
+    access: oneOf(['all', 'errors', 'off'], 'all', { env: 'TM_CACHE_LOG_ACCESS' }),
+    accessSample: Type.Number({ minimum: 0, maximum: 1, default: 1, allowed: 'a fraction from 0 to 1, e.g. 0.01' }),
+  }),
+  admin: section({
+    token: text('empty (the admin API is off), or at least 16 characters without whitespace',
+      '', { pattern: '^(|\\S{16,})$', secret: true, env: 'TM_CACHE_ADMIN_TOKEN' }),
+  }),
+  health: section({
+    requireUpstream: boolean(false),
+    upstreamProbeMs: durationMs(100, 10_000),
+  }),
   cache: section({
     strict: boolean(false),
     honorClientNoCache: boolean(true),

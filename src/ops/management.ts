@@ -1,15 +1,19 @@
 /**
- * The management port: `/healthz` (the process is alive), `/readyz` (it can serve: the upstream
- * client is open; a Redis that is down only degrades it, since the memory tier still serves) and
- * `/metrics`. Kept off the proxy port so it is never exposed with it.
+ * The management port: `/healthz` (the process is alive), `/readyz` (it can serve: a Redis that
+ * is down only degrades it, since the memory tier still serves; the upstream's last known state is
+ * reported, and makes it not ready only with `health.requireUpstream`), `/metrics`, and the admin
+ * API with the status page (admin.ts). Kept off the proxy port so it is never exposed with it.
  */
 import fastify, { type FastifyInstance } from 'fastify';
+import { registerAdmin, type AdminDeps } from './admin.js';
 import type { Metrics } from './metrics.js';
 
 export interface ReadinessCheck {
   readonly name: string;
   /** `ok`, or `degraded` (still ready, reported in the body), or `down` (not ready). */
   check(): { status: 'ok' | 'degraded' | 'down'; detail?: string };
+  /** Called when /readyz itself is asked (not on a metrics scrape): a chance to go and look. */
+  refresh?(): void;
 }
 
 export interface Management {
@@ -18,22 +22,29 @@ export interface Management {
   startDraining(): void;
 }
 
-export function buildManagement(metrics: Metrics, checks: readonly ReadinessCheck[]): Management {
-  const app = fastify({ logger: false });
+export function buildManagement(metrics: Metrics, checks: readonly ReadinessCheck[], admin?: AdminDeps): Management {
+  const app = fastify({ logger: false, bodyLimit: 64 * 1024 });
   let draining = false;
-  app.get('/healthz', async () => ({ status: 'ok' }));
-  app.get('/readyz', async (_req, reply) => {
+  const readiness = () => {
     const results: Record<string, { status: string; detail?: string }> = {};
     for (const c of checks) results[c.name] = c.check();
     const down = draining || Object.values(results).some((r) => r.status === 'down');
     const degraded = Object.values(results).some((r) => r.status === 'degraded');
     const status = draining ? 'draining' : down ? 'down' : degraded ? 'degraded' : 'ok';
-    return reply.code(down ? 503 : 200).send({ status, checks: results });
+    return { ready: !down, status, checks: results };
+  };
+  metrics.gauge('tm_cache_ready', '1 while /readyz answers 200 (ready for traffic), else 0.', () => (readiness().ready ? 1 : 0));
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_req, reply) => {
+    for (const c of checks) c.refresh?.();
+    const { ready, status, checks: results } = readiness();
+    return reply.code(ready ? 200 : 503).send({ status, checks: results });
   });
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', metrics.registry.contentType);
     return metrics.registry.metrics();
   });
+  if (admin) registerAdmin(app, admin);
   return {
     app,
     startDraining: () => {

@@ -1,53 +1,255 @@
 /**
- * Prometheus metrics. Labels are bounded sets (outcome kind, tier, operation id): never a
- * credential, a user id or a URL.
+ * Prometheus metrics, in Prometheus' conventions (base units, `_total` counters, `_seconds`
+ * histograms, Node's default metrics under their standard names). Labels are bounded sets
+ * (outcome, tier, operation id, status class, Redis command kind): never a credential, a user id
+ * or a URL.
+ *
+ * Recording is on the hit path, so it is plain arithmetic on a slot found through small Maps keyed
+ * by label values: no label object, no string building, no hashing per observation. prom-client's
+ * own Counter/Histogram would build and hash a label string on every `inc`/`observe`; here the
+ * exposition is built only when /metrics is scraped (`LabelledFamily.get`).
  */
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
-import type { CacheOutcome } from '../cache/outcome.js';
+import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** Status of an answer as a bounded label: 429 on its own (rate limiting is worth its own line). */
+export type StatusClass = '2xx' | '3xx' | '4xx' | '429' | '5xx' | 'error';
+
+export function statusClassOf(status: number | undefined): StatusClass {
+  if (status === undefined) return 'error';
+  if (status === 429) return '429';
+  if (status < 300) return '2xx';
+  if (status < 400) return '3xx';
+  if (status < 500) return '4xx';
+  return '5xx';
+}
+
+const REQUEST_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const UPSTREAM_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const REDIS_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+
+interface Slot {
+  readonly labels: Record<string, string>;
+  /** Counter value, or a histogram's observation count. */
+  count: number;
+  sum: number;
+  /** Histogram only: observations per bucket (not cumulative; summed at scrape). */
+  readonly buckets: Float64Array | undefined;
+}
+
+interface MetricValue {
+  value: number;
+  labels: Record<string, string | number>;
+  metricName?: string;
+}
+
+/**
+ * A counter or histogram family whose children are found by label values in a fixed order.
+ * Registered with prom-client as a custom metric (it only needs `name`, `help`, `type`, `get`).
+ */
+class LabelledFamily {
+  readonly #root = new Map<string, unknown>();
+  readonly #slots: Slot[] = [];
+
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly type: 'counter' | 'histogram',
+    readonly labelNames: readonly string[],
+    readonly bounds: readonly number[] = [],
+    registry: Registry,
+  ) {
+    registry.registerMetric(this as never);
+  }
+
+  /**
+   * The child for these label values (in `labelNames` order), made on first use. Found through
+   * one Map per label: no array, no string, nothing allocated once the child exists.
+   */
+  slot(a: string, b = '', c = '', d = ''): Slot {
+    const depth = this.labelNames.length;
+    let node = this.#root;
+    if (depth > 1) node = child(node, a);
+    if (depth > 2) node = child(node, b);
+    if (depth > 3) node = child(node, c);
+    const last = depth === 1 ? a : depth === 2 ? b : depth === 3 ? c : d;
+    return (node.get(last) as Slot | undefined) ?? this.#add(node, last, [a, b, c, d]);
+  }
+
+  #add(node: Map<string, unknown>, last: string, values: readonly string[]): Slot {
+    const labels: Record<string, string> = {};
+    this.labelNames.forEach((name, i) => (labels[name] = values[i]!));
+    const slot: Slot = { labels, count: 0, sum: 0, buckets: this.type === 'histogram' ? new Float64Array(this.bounds.length) : undefined };
+    node.set(last, slot);
+    this.#slots.push(slot);
+    return slot;
+  }
+
+  inc(slot: Slot, by = 1): void {
+    slot.count += by;
+  }
+
+  observe(slot: Slot, seconds: number): void {
+    slot.count++;
+    slot.sum += seconds;
+    const bounds = this.bounds;
+    for (let i = 0; i < bounds.length; i++) {
+      if (seconds <= bounds[i]!) {
+        slot.buckets![i]!++;
+        return;
+      }
+    }
+  }
+
+  /** prom-client reads this at scrape time. */
+  get(): { name: string; help: string; type: string; values: MetricValue[]; aggregator: string } {
+    const values: MetricValue[] = [];
+    for (const slot of this.#slots) {
+      if (this.type === 'counter') {
+        values.push({ value: slot.count, labels: slot.labels });
+        continue;
+      }
+      let cumulative = 0;
+      for (let i = 0; i < this.bounds.length; i++) {
+        cumulative += slot.buckets![i]!;
+        values.push({ metricName: `${this.name}_bucket`, value: cumulative, labels: { ...slot.labels, le: this.bounds[i]! } });
+      }
+      values.push({ metricName: `${this.name}_bucket`, value: slot.count, labels: { ...slot.labels, le: '+Inf' } });
+      values.push({ metricName: `${this.name}_sum`, value: slot.sum, labels: slot.labels });
+      values.push({ metricName: `${this.name}_count`, value: slot.count, labels: slot.labels });
+    }
+    return { name: this.name, help: this.help, type: this.type, values, aggregator: 'sum' };
+  }
+
+  /** Sum of counts over every child whose labels match `where` (for /admin/stats). */
+  total(where: Readonly<Record<string, string>> = {}): number {
+    let sum = 0;
+    for (const slot of this.#slots) if (Object.entries(where).every(([k, v]) => slot.labels[k] === v)) sum += slot.count;
+    return sum;
+  }
+
+  /** Every child's labels and count. */
+  entries(): readonly Slot[] {
+    return this.#slots;
+  }
+}
+
+function child(node: Map<string, unknown>, key: string): Map<string, unknown> {
+  let next = node.get(key) as Map<string, unknown> | undefined;
+  if (next === undefined) node.set(key, (next = new Map()));
+  return next;
+}
+
+export type IdentityLookupResult = 'memo' | 'shared' | 'upstream' | 'refused' | 'error';
 
 export interface Metrics {
   readonly registry: Registry;
-  recordOutcome(outcome: CacheOutcome, operation: string): void;
+  /** One answered request, cached path or passthrough: counted, and its duration observed. */
+  request(outcome: string, tier: string, operation: string, status: number, seconds: number): void;
+  /** One upstream request made by the cache path (fills, refreshes, identity and access checks). */
+  upstream(operation: string, status: number | undefined, seconds: number): void;
+  redisCommand(command: string, seconds: number): void;
+  eviction(tier: string): void;
+  purge(): void;
+  identityLookup(result: IdentityLookupResult): void;
+  bytesSent(bytes: number): void;
+  notModifiedSaved(bytes: number): void;
   /** Registers a gauge read at scrape time. */
   gauge(name: string, help: string, read: () => number): void;
+  /** Registers a counter whose value is kept elsewhere and read at scrape time. */
+  counter(name: string, help: string, read: () => number): void;
+  /** Read access for /admin/stats. */
+  readonly families: {
+    readonly requests: LabelledFamily;
+    readonly upstreamResponses: LabelledFamily;
+    readonly evictions: LabelledFamily;
+  };
+  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number };
 }
 
-export function createMetrics(): Metrics {
+export interface MetricsOptions {
+  readonly version: string;
+  /** Register the Redis families (they appear only where Redis is configured). */
+  readonly redis: boolean;
+}
+
+export function createMetrics(options: MetricsOptions): Metrics {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'tm_cache_process_' });
-  // The hit path increments a plain number found through nested maps (no label string, no hash);
-  // the Prometheus counter is brought up to date when it is scraped.
-  interface Tally {
-    readonly labels: { outcome: string; tier: string; operation: string };
-    count: number;
-  }
-  const tallies = new Map<string, Map<string, Map<string, Tally>>>();
-  new Counter({
-    name: 'tm_cache_requests_total',
-    help: 'Cacheable requests by outcome (hit, stale, miss, coalesced, bypass, error), tier and operation.',
-    labelNames: ['outcome', 'tier', 'operation'] as const,
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const byTier of tallies.values()) {
-        for (const byOperation of byTier.values()) for (const tally of byOperation.values()) this.inc(tally.labels, tally.count);
-      }
-    },
-  });
+  collectDefaultMetrics({ register: registry });
+  new Gauge({ name: 'tm_cache_build_info', help: 'Build of this tm-cache: always 1, labelled with version and Node.js version.', labelNames: ['version', 'node'] as const, registers: [registry] })
+    .set({ version: options.version, node: process.version }, 1);
+
+  const requests = new LabelledFamily('tm_cache_requests_total',
+    'Requests by outcome (hit, stale, miss, coalesced, bypass, error, passthrough), tier (memory, redis, none), operation (catalogue id, invalid, unknown, passthrough) and the status class answered (2xx, 3xx, 4xx, 429, 5xx): a relayed 404 is a miss with status_class 4xx, a refused credential a bypass with 4xx, a local 422 an error with 4xx.',
+    'counter', ['outcome', 'tier', 'operation', 'status_class'], [], registry);
+  const requestDuration = new LabelledFamily('tm_cache_request_duration_seconds',
+    'Time from a request\'s arrival to its answer being handed to the socket, by outcome and operation.',
+    'histogram', ['outcome', 'operation'], REQUEST_BUCKETS, registry);
+  const upstreamDuration = new LabelledFamily('tm_cache_upstream_request_duration_seconds',
+    'Upstream requests made by the cache (fills, refreshes, GET /user, access checks), by operation and status class, until the whole answer was read.',
+    'histogram', ['operation', 'status_class'], UPSTREAM_BUCKETS, registry);
+  const upstreamResponses = new LabelledFamily('tm_cache_upstream_responses_total',
+    'Upstream answers to the cache\'s own requests by status class (2xx, 3xx, 4xx, 429, 5xx, error: no answer).',
+    'counter', ['status_class'], [], registry);
+  const evictions = new LabelledFamily('tm_cache_evictions_total', 'Entries evicted to make room (not expiry, not invalidation), by tier.', 'counter', ['tier'], [], registry);
+  const identityLookups = new LabelledFamily('tm_cache_identity_lookups_total',
+    'Caller identifications by result: memo (known in this process), shared (from Redis), upstream (GET /user said who), refused (401/403/... relayed), error (upstream failed).',
+    'counter', ['result'], [], registry);
+  // The one counted on every hit (a caller known to this process): found once, here.
+  const memoLookups = identityLookups.slot('memo');
+  const redisDuration = options.redis
+    ? new LabelledFamily('tm_cache_redis_command_duration_seconds', 'Redis operations by kind (get, set, delete, tag, lock, json, publish, secret), answered or failed.', 'histogram', ['command'], REDIS_BUCKETS, registry)
+    : undefined;
+  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0 };
+  counterOf(registry, 'tm_cache_bytes_sent_total', 'Body bytes sent to clients by the cache path (not passthrough).', () => totals.bytesSent);
+  counterOf(registry, 'tm_cache_not_modified_bytes_saved_total', 'Body bytes not sent because a client\'s If-None-Match matched (304).', () => totals.notModifiedSaved);
+  counterOf(registry, 'tm_cache_purges_total', 'Purges through the admin API (POST /admin/purge).', () => totals.purges);
+
   return {
     registry,
-    recordOutcome(outcome, operation) {
-      const tier = outcome.tier ?? 'none';
-      let byTier = tallies.get(outcome.kind);
-      if (byTier === undefined) tallies.set(outcome.kind, (byTier = new Map()));
-      let byOperation = byTier.get(tier);
-      if (byOperation === undefined) byTier.set(tier, (byOperation = new Map()));
-      let tally = byOperation.get(operation);
-      if (tally === undefined) byOperation.set(operation, (tally = { labels: { outcome: outcome.kind, tier, operation }, count: 0 }));
-      tally.count++;
+    request(outcome, tier, operation, status, seconds) {
+      requests.inc(requests.slot(outcome, tier, operation, statusClassOf(status)));
+      requestDuration.observe(requestDuration.slot(outcome, operation), seconds);
+    },
+    upstream(operation, status, seconds) {
+      const statusClass = statusClassOf(status);
+      upstreamResponses.inc(upstreamResponses.slot(statusClass));
+      upstreamDuration.observe(upstreamDuration.slot(operation, statusClass), seconds);
+    },
+    redisCommand(command, seconds) {
+      if (redisDuration) redisDuration.observe(redisDuration.slot(command), seconds);
+    },
+    eviction(tier) {
+      evictions.inc(evictions.slot(tier));
+    },
+    purge() {
+      totals.purges++;
+    },
+    identityLookup(result) {
+      identityLookups.inc(result === 'memo' ? memoLookups : identityLookups.slot(result));
+    },
+    bytesSent(bytes) {
+      totals.bytesSent += bytes;
+    },
+    notModifiedSaved(bytes) {
+      totals.notModifiedSaved += bytes;
     },
     gauge(name, help, read) {
       new Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });
     },
+    counter(name, help, read) {
+      counterOf(registry, name, help, read);
+    },
+    families: { requests, upstreamResponses, evictions },
+    totals,
   };
+}
+
+/** A counter whose value is kept elsewhere (a plain number) and read at scrape time. */
+function counterOf(registry: Registry, name: string, help: string, read: () => number): void {
+  registry.registerMetric({
+    name,
+    help,
+    type: 'counter',
+    get: () => ({ name, help, type: 'counter', values: [{ value: read(), labels: {} }], aggregator: 'sum' }),
+  } as never);
 }

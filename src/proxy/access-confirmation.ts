@@ -51,7 +51,12 @@ export class ProjectAccess {
   readonly #byUser = new Map<number, Map<number, number>>();
   readonly #coalescer = new Coalescer<Confirmation>();
 
-  constructor(private readonly o: ProjectAccessOptions) {}
+  constructor(private o: ProjectAccessOptions) {}
+
+  /** A new `access.projectConfirmMs` (a reload): confirmations from now on last that long. */
+  reconfigure(confirmMs: number): void {
+    this.o = { ...this.o, confirmMs };
+  }
 
   /** The hit path: has this user's access to the project been confirmed, and not lapsed, at `now`? */
   isConfirmed(userId: number, projectId: number, now: number): boolean {

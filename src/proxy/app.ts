@@ -17,18 +17,18 @@ import { createServer } from 'node:http';
 import type { Logger } from 'pino';
 import type { CacheEntry } from '../cache/entry.js';
 import type { FillLock } from '../cache/fill.js';
-import type { CacheOutcome } from '../cache/outcome.js';
 import { FreshnessPolicy } from '../cache/policy.js';
 import type { Config } from '../config/schema.js';
 import type { Upstream } from '../upstream/client.js';
 import type { InvalidationBus } from '../cache/invalidation.js';
+import type { Recorder } from '../ops/recorder.js';
 import { AccessRules } from './access.js';
 import { ProjectAccess, userProjectTag } from './access-confirmation.js';
 import { Coalescer } from '../cache/coalesce.js';
-import { IdentityResolver, type SharedStore } from './identity.js';
+import { IdentityResolver, type IdentityLookupResult, type SharedStore } from './identity.js';
 import { forwardOnly } from './forwarding.js';
 import { passthroughRequestLogger, registerPassthrough } from './passthrough.js';
-import { Pipeline, type Handler } from './pipeline.js';
+import { Pipeline, upstreamTimings, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache } from './read-through.js';
 import { RetryAfterGate } from './retry-after.js';
 import { RouteMemo } from './route-memo.js';
@@ -53,8 +53,12 @@ export interface ProxyDeps {
   readonly bus?: InvalidationBus | undefined;
   readonly lock?: FillLock | undefined;
   readonly now?: () => number;
-  /** Called with every cacheable request's outcome (metrics). */
-  readonly onOutcome?: (outcome: CacheOutcome, operation: string) => void;
+  /** The one record of every request (metrics, stats, access log). */
+  readonly recorder: Recorder;
+  /** How each caller identification ended (metrics). */
+  readonly onIdentityLookup?: ((result: IdentityLookupResult) => void) | undefined;
+  /** Told of each passthrough answer's status, or failure (upstream health). */
+  readonly onPassthroughAnswer?: ((status: number | undefined, error?: string) => void) | undefined;
   /** Registers a gauge read at scrape time (metrics): the sizes of the pipeline's memos. */
   readonly gauge?: (name: string, help: string, read: () => number) => void;
 }
@@ -62,15 +66,27 @@ export interface ProxyDeps {
 const EMPTY_QUERY = Object.freeze({});
 const WRITE_METHODS = new Set(['DELETE', 'PATCH', 'POST', 'PUT']);
 
-export async function buildProxy(config: Config, deps: ProxyDeps): Promise<FastifyInstance> {
+export interface Proxy {
+  readonly app: FastifyInstance;
+  /**
+   * Applies the settings that can change safely while running (a reload, SIGHUP): freshness
+   * rules, identity and access TTLs, Retry-After defaults. The rest needs a restart (reload.ts).
+   */
+  reconfigure(config: Config): void;
+}
+
+export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy> {
   const now = deps.now ?? Date.now;
   const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs);
   let closing = false;
+  let current = config;
+  let parts: PipelineParts | undefined;
   const requestLogger = passthroughRequestLogger(deps.logger) as FastifyBaseLogger;
   const app = fastify({
     serverFactory: (handler) => {
       const forward = forwardOnly(config.upstream.forwardPrefixes, handler, deps.logger);
-      const pipeline = makePipeline(config, deps, policy, now, forward);
+      parts = makePipeline(config, deps, policy, now, forward);
+      const pipeline = parts.pipeline;
       // While closing, fastify answers everything (503 for new requests: return503OnClosing).
       return createServer((req, res) => (closing ? handler(req, res) : pipeline.handle(req, res)));
     },
@@ -92,22 +108,48 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Fasti
   }
 
   await registerPassthrough(app, config.upstream, {
-    logger: deps.logger,
+    maxRetryAfterMs: () => current.upstream.maxRetryAfterMs,
     now,
-    onAnswer: (request, status) => {
+    onAnswer: (request, status, ms) => {
+      upstreamTimings.set(request.raw, { status, ms });
+      deps.onPassthroughAnswer?.(status);
       if (WRITE_METHODS.has(request.method) && status >= 200 && status < 300) void invalidateForWrite(request.url);
+    },
+    onFailure: (request, status, code, ms) => {
+      upstreamTimings.set(request.raw, { status, ms });
+      deps.onPassthroughAnswer?.(undefined, code);
     },
   });
   app.addHook('onClose', async () => {
     await deps.upstream.close();
   });
-  return app;
+  return {
+    app,
+    reconfigure(next) {
+      current = next;
+      policy.reconfigure(next.cache.freshness, next.cache.staleIfErrorMs);
+      parts?.gate.reconfigure(next.upstream.defaultRetryAfterMs, next.upstream.maxRetryAfterMs);
+      parts?.identity.reconfigure({ ttlMs: next.identity.ttlMs, accessTtlMs: next.access.ttlMs, refusedTtlMs: next.identity.refusedTtlMs });
+      parts?.projects.reconfigure(next.access.projectConfirmMs);
+    },
+  };
+}
+
+/** The pipeline and the parts of it a reload reconfigures. */
+interface PipelineParts {
+  readonly pipeline: Pipeline;
+  readonly gate: RetryAfterGate;
+  readonly identity: IdentityResolver;
+  readonly projects: ProjectAccess;
 }
 
 /** The parts of the pipeline, wired: identity, access rules, the read-through and the route memo. */
-function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, now: () => number, forward: Handler): Pipeline {
+function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, now: () => number, forward: Handler): PipelineParts {
   const gate = new RetryAfterGate(config.upstream.defaultRetryAfterMs, config.upstream.maxRetryAfterMs);
   const identity = new IdentityResolver({
+    onLookup: deps.onIdentityLookup,
+    lockTtlMs: config.cache.redis.lockTtlMs,
+    lockWaitMs: config.cache.redis.lockWaitMs,
     ttlMs: config.identity.ttlMs,
     accessTtlMs: config.access.ttlMs,
     maxEntries: config.identity.maxEntries,
@@ -156,9 +198,9 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     strict: config.cache.strict,
     now,
     logger: deps.logger,
-    onOutcome: deps.onOutcome,
+    recorder: deps.recorder,
   };
-  return new Pipeline(options, forward);
+  return { pipeline: new Pipeline(options, forward), gate, identity, projects };
 }
 
 /** The memos' sizes, so that their bounds can be watched (and tested) from outside. */

@@ -30,6 +30,8 @@ export interface Decision extends SharedTierBudget {
   readonly fillKey: string;
   readonly mayRead: boolean;
   readonly noCache: boolean;
+  /** Set by the fill this request leads: how long the upstream took (ms), for its access log line. */
+  upstreamMs: number | undefined;
 }
 
 export interface DecideOptions {
@@ -63,5 +65,5 @@ export function decide(
   const cacheControl = headers['cache-control'];
   const pragma = headers.pragma;
   const noCache = o.honorNoCache && (cacheControl !== undefined || pragma !== undefined) && wantsRevalidation(cacheControl, pragma);
-  return { req, caller, authorization, key, fillKey, mayRead, noCache, sharedTierSpent: budget?.sharedTierSpent ?? false };
+  return { req, caller, authorization, key, fillKey, mayRead, noCache, sharedTierSpent: budget?.sharedTierSpent ?? false, upstreamMs: undefined };
 }

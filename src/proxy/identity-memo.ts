@@ -52,7 +52,11 @@ export class IdentityMemo {
   readonly #byCredential: LRUCache<string, Caller>;
   readonly #refused: BoundedMemo<Refusal>;
 
-  constructor(private readonly options: IdentityMemoOptions) {
+  reconfigure(refusedTtlMs: number): void {
+    this.options = { ...this.options, refusedTtlMs };
+  }
+
+  constructor(private options: IdentityMemoOptions) {
     this.#byHeader = new BoundedMemo<Caller>(options.maxBytes, (_caller, header) => HEADER_ENTRY_OVERHEAD_BYTES + header.length);
     this.#byCredential = new LRUCache<string, Caller>({ max: options.maxEntries });
     this.#refused = new BoundedMemo<Refusal>(options.refusedMaxBytes, (r) => REFUSAL_OVERHEAD_BYTES + r.response.body.length, MAX_REFUSAL_BYTES);

@@ -43,7 +43,7 @@ export interface Caller {
 }
 
 export type IdentityResult =
-  | { readonly kind: 'caller'; readonly caller: Caller }
+  | { readonly kind: 'caller'; readonly caller: Caller; readonly via?: 'shared' | 'upstream' }
   /** Upstream refused the credential (401/403): relay this answer verbatim. */
   | { readonly kind: 'refused'; readonly response: UpstreamResponse };
 
@@ -52,11 +52,22 @@ export interface SharedStore {
   /** `isValid`: what the reader accepts; anything else read back is a miss (and dropped). */
   getJson<T>(namespace: string, key: string, options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean }): Promise<T | undefined>;
   setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void>;
+  /** Cross-replica coalescing of a look-up (optional): see RedisSharedStore. */
+  lock?(namespace: string, key: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined>;
+  unlock?(namespace: string, key: string, token: string): Promise<void>;
+  waitFor?<T>(namespace: string, key: string, timeoutMs: number, options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean }): Promise<T | undefined>;
 }
 
+export type IdentityLookupResult = 'memo' | 'shared' | 'upstream' | 'refused' | 'error';
+
 export interface IdentityOptions extends IdentityMemoOptions {
+  /** How each identification ended (metrics); the pipeline reports its own memo hits. */
+  readonly onLookup?: ((result: IdentityLookupResult) => void) | undefined;
   readonly ttlMs: number;
   readonly accessTtlMs: number;
+  /** How long a replica's look-up lock holds, and how long the others wait for its identity (`cache.redis.lockTtlMs`, `lockWaitMs`). */
+  readonly lockTtlMs?: number;
+  readonly lockWaitMs?: number;
   readonly hmacSecret: Buffer;
   readonly upstream: Upstream;
   readonly coalescer: Coalescer<IdentityResult>;
@@ -77,7 +88,13 @@ interface SharedIdentity {
 export class IdentityResolver {
   private readonly memo: IdentityMemo;
 
-  constructor(private readonly options: IdentityOptions) {
+  /** New identity and access TTLs (a reload): identities verified from now on follow them. */
+  reconfigure(ttls: Pick<IdentityOptions, 'ttlMs' | 'accessTtlMs' | 'refusedTtlMs'>): void {
+    this.options = { ...this.options, ...ttls };
+    this.memo.reconfigure(ttls.refusedTtlMs);
+  }
+
+  constructor(private options: IdentityOptions) {
     this.memo = new IdentityMemo(options);
     options.bus?.onInvalidate((message) => this.onInvalidation(message));
   }
@@ -99,10 +116,29 @@ export class IdentityResolver {
     const credentialId = hmacCredential(this.options.hmacSecret, normalizeAuthorization(authorization));
     const now = this.options.now();
     const known = this.memo.adopt(authorization, credentialId, now);
-    if (known !== undefined) return Promise.resolve({ kind: 'caller', caller: known });
+    if (known !== undefined) {
+      this.options.onLookup?.('memo');
+      return Promise.resolve({ kind: 'caller', caller: known });
+    }
     const refused = this.memo.refusal(credentialId, now);
-    if (refused !== undefined) return Promise.resolve({ kind: 'refused', response: refused });
-    return this.options.coalescer.run(credentialId, () => this.lookup(authorization, credentialId, budget)).promise;
+    if (refused !== undefined) {
+      this.options.onLookup?.('refused');
+      return Promise.resolve({ kind: 'refused', response: refused });
+    }
+    return this.options.coalescer.run(credentialId, () => this.#counted(this.lookup(authorization, credentialId, budget))).promise;
+  }
+
+  /** One look-up's result, counted once however many requests wait for it. */
+  async #counted(lookup: Promise<IdentityResult>): Promise<IdentityResult> {
+    const onLookup = this.options.onLookup;
+    try {
+      const result = await lookup;
+      onLookup?.(result.kind === 'refused' ? 'refused' : (result.via ?? 'upstream'));
+      return result;
+    } catch (err) {
+      onLookup?.('error');
+      throw err;
+    }
   }
 
   /** After an upstream 401 for this credential: never trust it again without asking. */
@@ -143,11 +179,39 @@ export class IdentityResolver {
   }
 
   private async lookup(authorization: string, credentialId: string, budget?: SharedTierBudget): Promise<IdentityResult> {
-    const shared = await this.options.shared?.getJson<SharedIdentity | null>('identity', credentialId, { budget, isValid: isSharedIdentity });
-    // Trusted until the expiry its first verifier stored, never longer (an older form without one is not trusted).
-    if (shared && this.options.now() < shared.until) {
-      return { kind: 'caller', caller: await this.remember(authorization, credentialId, shared.userId, shared.until, budget) };
+    const store = this.options.shared;
+    const read = { budget, isValid: isSharedIdentity };
+    const shared = await store?.getJson<SharedIdentity | null>('identity', credentialId, read);
+    if (this.#trusted(shared)) return this.#fromShared(authorization, credentialId, shared, budget);
+    // Another replica may be asking upstream for this credential right now (a fleet's first
+    // burst): wait for the identity it shares rather than ask too. A replica that dies holding
+    // the lock, or is refused, costs the others one wait of at most lockWaitMs, then they ask.
+    let token: string | undefined;
+    if (store?.lock && store.unlock && store.waitFor) {
+      token = await store.lock('identity', credentialId, this.options.lockTtlMs ?? 5_000, budget);
+      if (token === undefined) {
+        const waited = await store.waitFor<SharedIdentity | null>('identity', credentialId, this.options.lockWaitMs ?? 2_000, read);
+        if (this.#trusted(waited)) return this.#fromShared(authorization, credentialId, waited, budget);
+      }
     }
+    try {
+      return await this.#askUpstream(authorization, credentialId, budget, token !== undefined);
+    } finally {
+      if (token !== undefined) await store!.unlock!('identity', credentialId, token);
+    }
+  }
+
+  /** Trusted until the expiry its first verifier stored, never longer (an older form without one is not trusted). */
+  #trusted(shared: SharedIdentity | null | undefined): shared is SharedIdentity {
+    return shared !== null && shared !== undefined && this.options.now() < shared.until;
+  }
+
+  async #fromShared(authorization: string, credentialId: string, shared: SharedIdentity, budget?: SharedTierBudget): Promise<IdentityResult> {
+    return { kind: 'caller', via: 'shared', caller: await this.remember(authorization, credentialId, shared.userId, shared.until, budget) };
+  }
+
+  /** GET /user with the credential. `others`: replicas wait for what is shared here, so the share is awaited. */
+  async #askUpstream(authorization: string, credentialId: string, budget: SharedTierBudget | undefined, others: boolean): Promise<IdentityResult> {
     // Counted from the question, not the answer: the identity never outlives identity.ttlMs.
     const until = this.options.now() + this.options.ttlMs;
     const res = await this.options.upstream.get('/api/v1/user', { authorization, ...UPSTREAM_HEADERS });
@@ -159,8 +223,9 @@ export class IdentityResolver {
       const userId = parseUserId(decodedBody(res));
       if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
       const shared: SharedIdentity = { userId, until };
-      void this.options.shared?.setJson('identity', credentialId, shared, until - this.options.now(), budget);
-      return { kind: 'caller', caller: await this.remember(authorization, credentialId, userId, until, budget) };
+      const sharing = this.options.shared?.setJson('identity', credentialId, shared, until - this.options.now(), budget);
+      if (others) await sharing;
+      return { kind: 'caller', via: 'upstream', caller: await this.remember(authorization, credentialId, userId, until, budget) };
     }
     // An instance that fails is not a verdict on the credential: the caller may get stale answers.
     if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);

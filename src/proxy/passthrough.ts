@@ -11,8 +11,8 @@
  *   would otherwise retry a GET on 503 up to ten times, waiting what its Retry-After says);
  * - a Retry-After relayed promises no more than `upstream.maxRetryAfterMs` (RFC 9110 §10.2.3);
  * - the upstream's certificate is verified (reply-from turns that off by default);
- * - one debug line per request (method, path without query, status, upstream ms), never the
- *   Authorization; reply-from's own two info lines and its warning per failure are silenced.
+ * - its upstream status and time reach the access log (the pipeline records every request once
+ *   its response is done); reply-from's own two info lines and its warning per failure are silenced.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import httpProxy from '@fastify/http-proxy';
@@ -23,24 +23,26 @@ import { capRetryAfter } from './retry-after.js';
 import { upstreamFailureBody } from './served.js';
 
 export interface PassthroughOptions {
-  readonly logger: Logger;
   readonly now: () => number;
-  /** Called with each upstream answer's status, before it is streamed to the client. */
-  readonly onAnswer: (request: Forwarded, status: number) => void;
+  /** `upstream.maxRetryAfterMs`, read per answer (reloadable). */
+  readonly maxRetryAfterMs: () => number;
+  /** Called with each upstream answer's status and time (ms), before it is streamed to the client. */
+  readonly onAnswer: (request: Forwarded, status: number, ms: number) => void;
+  /** Called when the upstream gave no answer: the status answered instead, what failed, the time (ms). */
+  readonly onFailure: (request: Forwarded, status: number, code: string, ms: number) => void;
 }
 
 /** What of a forwarded request the passthrough reads. */
 export interface Forwarded {
   readonly method: string;
   readonly url: string;
+  /** The node request (where the access log's upstream timing is kept). */
+  readonly raw: object;
 }
 
-type LogLine = (request: Forwarded, reply: { readonly elapsedTime: number }, status: number, error?: string) => void;
-
 export async function registerPassthrough(app: FastifyInstance, upstream: Config['upstream'], o: PassthroughOptions): Promise<void> {
-  const logLine = makeLogLine(o.logger);
   // Set before the proxy's routes are registered, so that their context inherits it.
-  app.setErrorHandler(answerRefusal(logLine));
+  app.setErrorHandler(answerRefusal);
   await app.register(httpProxy, {
     upstream: upstream.url,
     prefix: '/',
@@ -55,17 +57,16 @@ export async function registerPassthrough(app: FastifyInstance, upstream: Config
     replyOptions: {
       retryDelay: () => null,
       rewriteHeaders: (headers) => {
-        const retryAfter = capRetryAfter(headers['retry-after'], o.now(), upstream.maxRetryAfterMs);
+        const retryAfter = capRetryAfter(headers['retry-after'], o.now(), o.maxRetryAfterMs());
         return retryAfter === undefined ? headers : { ...headers, 'retry-after': retryAfter };
       },
       onResponse: (request, reply, res) => {
-        logLine(request, reply, res.statusCode);
-        o.onAnswer(request, res.statusCode);
+        o.onAnswer(request, res.statusCode, reply.elapsedTime);
         void reply.send(res.stream);
       },
       onError: (reply, { error }) => {
         const failure = toUpstreamError((error as { cause?: unknown }).cause ?? error);
-        logLine(reply.request, reply, failure.status, failure.code);
+        o.onFailure(reply.request, failure.status, failure.code, reply.elapsedTime);
         void reply.code(failure.status).type(JSON_TYPE).send(upstreamFailureBody(failure));
       },
     },
@@ -74,26 +75,14 @@ export async function registerPassthrough(app: FastifyInstance, upstream: Config
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 
-/** One debug line per forwarded request; the path without its query, no header at all. */
-function makeLogLine(logger: Logger): LogLine {
-  return (request, reply, status, error) => {
-    if (!logger.isLevelEnabled('debug')) return;
-    const upstreamMs = Math.round(reply.elapsedTime);
-    logger.debug({ method: request.method, path: pathOf(request.url), status, upstreamMs, ...(error ? { error } : {}) }, 'passthrough');
-  };
-}
-
 /**
  * What fastify or reply-from refuse before the upstream is asked (a request target reply-from
  * will not build, a body it cannot read): the house error body, never fastify's shape nor a 500.
  */
-function answerRefusal(logLine: LogLine) {
-  return (error: { statusCode?: number; message: string }, request: FastifyRequest, reply: FastifyReply) => {
-    const status = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 502;
-    const body = status === 502 ? upstreamFailureBody(toUpstreamError(error)) : { message: `The request was refused: ${error.message}.`, errors: {} };
-    logLine(request, reply, status, 'refused');
-    void reply.code(status).type(JSON_TYPE).send(body);
-  };
+function answerRefusal(error: { statusCode?: number; message: string }, _request: FastifyRequest, reply: FastifyReply): void {
+  const status = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 502;
+  const body = status === 502 ? upstreamFailureBody(toUpstreamError(error)) : { message: `The request was refused: ${error.message}.`, errors: {} };
+  void reply.code(status).type(JSON_TYPE).send(body);
 }
 
 /**
@@ -105,9 +94,4 @@ export function passthroughRequestLogger(logger: Logger): Logger {
   return logger.levelVal >= logger.levels.values['error']! ? logger : logger.child({}, { level: 'error' });
 }
 
-/** The path of a request target, without its query: queries may carry secrets, logs never do. */
-export function pathOf(url: string | undefined): string {
-  const u = url ?? '';
-  const end = u.search(/[?#]/);
-  return end === -1 ? u : u.slice(0, end);
-}
+

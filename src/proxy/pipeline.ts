@@ -9,20 +9,25 @@
  *     → invalid parameters ─▶ 400/422 here
  *     → decide (decide.ts: key, fill key, may this caller read it)
  *     → read-through (read-through.ts: tiers in order, fill, stale)
- *     → writer (writer.ts) and record (metrics, log line)
+ *     → writer (writer.ts) and record (ops/recorder.ts: metrics, stats, access log line)
  *
+ * Every request gets an id (its own `X-Request-Id` when it sent a sane one, else a new one: `<process prefix>-<sequence>`),
+ * echoed on the response and in its access log line; forwarded requests are recorded by the
+ * same recorder once their response is done.
  * The common case (a URL and a caller seen before, a fresh entry in memory) runs synchronously
  * from start to end: three Map lookups and one write, no promise, no hashing, no I/O.
  * Memos are filled only for recognized callers (a routing once its caller is known).
  * A failure of the pipeline itself costs that request its cache, never the process: a request
  * with nothing written yet is forwarded upstream uncached, one with a head sent is closed.
  */
+import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { makeErrorBody } from '../api/errors.js';
 import { makeBudget, type SharedTierBudget } from '../cache/budget.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
+import { pathOf, type ForwardKind, type Recorder, type UpstreamTiming } from '../ops/recorder.js';
 import { toUpstreamError } from '../upstream/client.js';
 import { decide } from './decide.js';
 import { askForGzipVariant } from './encoding.js';
@@ -31,9 +36,29 @@ import type { Caller, IdentityResolver } from './identity.js';
 import type { ReadThrough } from './read-through.js';
 import { keyFor, resolveRoute, type RouteInfo, type RouteMemo } from './route-memo.js';
 import { localAnswer, type Served } from './served.js';
-import { writeServed } from './writer.js';
+import { lastWrite, writeServed } from './writer.js';
 
 export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+
+/** Where the passthrough leaves what it learned of a forwarded request's upstream answer. */
+export const upstreamTimings = new WeakMap<object, UpstreamTiming>();
+
+/** A client's own request id is kept when it is printable ASCII of sane length; else a new one. */
+const SANE_REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
+
+/**
+ * A new request id: this process's random prefix (48 bits: replicas do not collide) and a
+ * sequence number. Unique like a UUID for log correlation, at the cost of a counter rather than
+ * random bytes per request.
+ */
+const ID_PREFIX = randomBytes(6).toString('hex');
+let sequence = 0;
+
+function requestIdOf(req: IncomingMessage): string {
+  const given = req.headers['x-request-id'];
+  if (typeof given === 'string' && SANE_REQUEST_ID.test(given)) return given;
+  return `${ID_PREFIX}-${(++sequence).toString(36)}`;
+}
 
 export interface PipelineOptions {
   readonly routes: RouteMemo;
@@ -46,43 +71,55 @@ export interface PipelineOptions {
   readonly strict: boolean;
   readonly now: () => number;
   readonly logger: Logger;
-  /** Every answered request's outcome (metrics). */
-  readonly onOutcome?: ((outcome: CacheOutcome, operation: string) => void) | undefined;
+  /** The one record of every request: metrics, stats, access log. */
+  readonly recorder: Recorder;
 }
 
 export class Pipeline {
   readonly #o: PipelineOptions;
-  readonly #logEachRequest: boolean;
+  readonly #recorder: Recorder;
   readonly #decideOptions: Parameters<typeof decide>[5];
 
   constructor(options: PipelineOptions, private readonly forward: Handler) {
     this.#o = options;
-    this.#logEachRequest = options.logger.isLevelEnabled('debug');
+    this.#recorder = options.recorder;
     this.#decideOptions = { honorNoCache: options.honorNoCache, isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t) };
   }
 
   handle(req: IncomingMessage, res: ServerResponse): void {
+    const start = performance.now();
+    const requestId = requestIdOf(req);
     try {
-      this.#route(req, res);
+      this.#route(req, res, start, requestId);
     } catch (err) {
-      this.#fail(req, res, err);
+      this.#fail(req, res, err, start, requestId);
     }
   }
 
-  #route(req: IncomingMessage, res: ServerResponse): void {
+  #route(req: IncomingMessage, res: ServerResponse, start: number, requestId: string): void {
     const method = req.method;
     const authorization = req.headers.authorization;
-    if ((method !== 'GET' && method !== 'HEAD') || authorization === undefined) return this.forward(req, res);
+    if ((method !== 'GET' && method !== 'HEAD') || authorization === undefined) return this.#forward(req, res, 'passthrough', 'passthrough', start, requestId);
     const url = req.url!;
     const memoized = this.#o.routes.get(url);
     const route = memoized ?? resolveRoute(url);
-    if (route.kind === 'passthrough') return this.forward(req, res);
+    if (route.kind === 'passthrough') return this.#forward(req, res, 'passthrough', 'passthrough', start, requestId);
     const t = this.#o.now();
     const caller = this.#o.identity.peek(authorization, t);
     // A routing is remembered only once its caller is known (item 5): junk credentials fill nothing.
     const unmemoized = memoized === undefined ? url : undefined;
-    if (caller !== undefined) return this.#withCaller(req, res, route, caller, authorization, t, unmemoized);
-    this.#identify(req, res, route, authorization, unmemoized).catch((err: unknown) => this.#fail(req, res, err));
+    if (caller !== undefined) {
+      this.#recorder.identityMemoHit();
+      return this.#withCaller(req, res, route, caller, authorization, t, start, requestId, unmemoized);
+    }
+    this.#identify(req, res, route, authorization, unmemoized, start, requestId).catch((err: unknown) => this.#fail(req, res, err, start, requestId));
+  }
+
+  /** Hands a request to fastify (passthrough), to be recorded once its response is done. */
+  #forward(req: IncomingMessage, res: ServerResponse, kind: ForwardKind, operation: string, start: number, requestId: string): void {
+    res.setHeader('x-request-id', requestId);
+    res.once('close', () => this.#recorder.forwarded(req, res, kind, operation, start, this.#o.now(), requestId, upstreamTimings.get(req)));
+    this.forward(req, res);
   }
 
   #withCaller(
@@ -92,28 +129,33 @@ export class Pipeline {
     caller: Caller,
     authorization: string,
     t: number,
+    start: number,
+    requestId: string,
     unmemoized?: string,
     budget?: SharedTierBudget,
   ): void {
     if (unmemoized !== undefined) this.#o.routes.set(unmemoized, route);
     if (route.kind === 'invalid') {
-      return this.#finish(req, res, localAnswer(route.error.status, route.error.toBody(), INVALID), 'invalid', caller.userId, undefined, t);
+      return this.#finish(req, res, localAnswer(route.error.status, route.error.toBody(), INVALID), 'invalid', caller.userId, undefined, t, start, requestId);
     }
     if (route.kind === 'bypass') {
-      if (this.#o.strict) return this.#finish(req, res, localAnswer(422, unknownParamsBody(route.unknown), INVALID), 'invalid', caller.userId, undefined, t);
+      const operation = 'unknown';
+      if (this.#o.strict) return this.#finish(req, res, localAnswer(422, unknownParamsBody(route.unknown), INVALID), operation, caller.userId, undefined, t, start, requestId);
       res.setHeader('cache-status', cacheStatus(UNKNOWN_PARAM, undefined, t));
-      return this.forward(req, res);
+      return this.#forward(req, res, 'bypass', operation, start, requestId);
     }
     const d = decide(route, caller, authorization, req.headers, t, this.#decideOptions, budget);
     const served = this.#o.readThrough.serve(d, t);
-    if (!(served instanceof Promise)) return this.#finish(req, res, served, d.req.op.id, caller.userId, d.key, t);
+    if (!(served instanceof Promise)) return this.#finish(req, res, served, d.req.op.id, caller.userId, d.key, t, start, requestId);
     // A throw while writing (a stored value node refuses) must reach #fail too: so .catch after
     // .then, never .then's second argument, which would leave the request unanswered.
-    served.then((s) => this.#finish(req, res, s, d.req.op.id, caller.userId, d.key, this.#o.now())).catch((err: unknown) => this.#fail(req, res, err));
+    served
+      .then((s) => this.#finish(req, res, s, d.req.op.id, caller.userId, d.key, this.#o.now(), start, requestId, d.upstreamMs))
+      .catch((err: unknown) => this.#fail(req, res, err, start, requestId));
   }
 
   /** A caller not in the memo: resolved (shared store, else upstream), then the request goes on. */
-  async #identify(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, authorization: string, unmemoized: string | undefined): Promise<void> {
+  async #identify(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, authorization: string, unmemoized: string | undefined, start: number, requestId: string): Promise<void> {
     const identity = this.#o.identity;
     const operation = route.kind === 'cacheable' ? route.req.op.id : 'invalid';
     // This request's allowance for waiting on Redis, from the identity lookup to the fill lock.
@@ -121,9 +163,9 @@ export class Pipeline {
     try {
       const result = await identity.resolve(authorization, budget);
       const t = this.#o.now();
-      if (result.kind === 'caller') return this.#withCaller(req, res, route, result.caller, authorization, t, unmemoized, budget);
+      if (result.kind === 'caller') return this.#withCaller(req, res, route, result.caller, authorization, t, start, requestId, unmemoized, budget);
       const refused: Served = { kind: 'relay', response: result.response, outcome: { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status } };
-      return this.#finish(req, res, refused, operation, undefined, undefined, t);
+      return this.#finish(req, res, refused, operation, undefined, undefined, t, start, requestId);
     } catch (err) {
       const failure = toUpstreamError(err);
       // The instance is failing: a caller we knew may still get what we hold for them, if
@@ -132,35 +174,32 @@ export class Pipeline {
       const lapsed = identity.peekLapsed(authorization);
       const key = lapsed !== undefined && route.kind === 'cacheable' && !route.req.op.adminOnly ? keyFor(route, lapsed.scope) : undefined;
       const served = await this.#o.readThrough.serveStaleOnly(key, failure, budget);
-      return this.#finish(req, res, served, operation, lapsed?.userId, key, this.#o.now());
+      return this.#finish(req, res, served, operation, lapsed?.userId, key, this.#o.now(), start, requestId);
     }
   }
 
   /**
-   * Every answered request ends here once: written, and recorded (the metric; at debug level, a
-   * log line). `key`: where a served entry is stored, so that its gzip variant can be made.
+   * Every answered request ends here once: written, and recorded (metrics, stats, access log;
+   * the caller named by user id only, never the credential). `key`: where a served entry is
+   * stored, so that its gzip variant can be made.
    */
-  #finish(req: IncomingMessage, res: ServerResponse, served: Served, operation: string, userId: number | undefined, key: string | undefined, t: number): void {
+  #finish(req: IncomingMessage, res: ServerResponse, served: Served, operation: string, userId: number | undefined, key: string | undefined, t: number, start: number, requestId: string, upstreamMs?: number): void {
     if (served.kind === 'entry' && key !== undefined) askForGzipVariant(this.#o.cache, key, served.entry, req.headers['accept-encoding']);
-    writeServed(req, res, served, t);
-    this.#o.onOutcome?.(served.outcome, operation);
-    if (this.#logEachRequest) {
-      // The caller is named by user id only; the credential never reaches a log line.
-      this.#o.logger.debug({ method: req.method, url: req.url, operation, user: userId, outcome: served.outcome }, 'request');
-    }
+    writeServed(req, res, served, t, requestId);
+    this.#recorder.cached(req, res, served.outcome, operation, userId, start, t, requestId, lastWrite.sent, lastWrite.savedBy304, upstreamMs);
   }
 
-  #fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
-    this.#o.logger.error({ err: err instanceof Error ? `${err.name}: ${err.message}` : String(err), url: req.url }, 'request pipeline failed');
+  #fail(req: IncomingMessage, res: ServerResponse, err: unknown, start: number, requestId: string): void {
+    this.#o.logger.error({ err: err instanceof Error ? `${err.name}: ${err.message}` : String(err), reqId: requestId, path: pathOf(req.url) }, 'request pipeline failed');
     if (res.headersSent || res.writableEnded) return void res.destroy();
     // Nothing written yet: the instance can still answer it, uncached. A writeHead that threw
     // half-way may have left its status and headers on `res`: start the response afresh.
     try {
       for (const name of res.getHeaderNames()) res.removeHeader(name);
       res.statusCode = 200;
-      this.forward(req, res);
+      this.#forward(req, res, 'passthrough', 'passthrough', start, requestId);
     } catch (again) {
-      this.#o.logger.error({ err: again instanceof Error ? again.message : String(again), url: req.url }, 'request could not be forwarded');
+      this.#o.logger.error({ err: again instanceof Error ? again.message : String(again), path: pathOf(req.url) }, 'request could not be forwarded');
       res.destroy();
     }
   }

@@ -196,7 +196,9 @@ export class ReadThrough {
       fetch: async (): Promise<Fetched<Unstored>> => {
         const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);
         const askedAt = this.o.now();
+        const started = performance.now();
         const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS });
+        d.upstreamMs = performance.now() - started;
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (isApiAnswer(res)) access.afterFill(answered, res.status);
         if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };

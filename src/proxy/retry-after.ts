@@ -20,9 +20,15 @@ export class RetryAfterGate {
    * @param maxWaitMs the longest wait any Retry-After may impose (`upstream.maxRetryAfterMs`).
    */
   constructor(
-    private readonly defaultWaitMs: number,
-    private readonly maxWaitMs: number,
+    private defaultWaitMs: number,
+    private maxWaitMs: number,
   ) {}
+
+  /** New `upstream.defaultRetryAfterMs` / `maxRetryAfterMs` (a reload); waits already begun keep their end. */
+  reconfigure(defaultWaitMs: number, maxWaitMs: number): void {
+    this.defaultWaitMs = defaultWaitMs;
+    this.maxWaitMs = maxWaitMs;
+  }
 
   /** How long the user must still wait at `now` (0: not blocked). */
   blockedMs(userId: number, now: number): number {

@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { applyReloadable } from '../config/reload.js';
 import { decodeSecret } from '../config/secrets.js';
 import type { Config } from '../config/schema.js';
 import { MemoryTier } from '../cache/memory-tier.js';
@@ -16,7 +17,11 @@ import type { Keyring } from '../cache/keyring.js';
 import type { HostPort } from '../cache/redis-client.js';
 import { createMetrics } from '../ops/metrics.js';
 import { buildManagement, type ReadinessCheck } from '../ops/management.js';
-import { UpstreamClient } from '../upstream/client.js';
+import { Recorder } from '../ops/recorder.js';
+import { RequestStats } from '../ops/stats.js';
+import { observeUpstream, UpstreamHealth } from '../ops/upstream-health.js';
+import { VERSION } from '../version.js';
+import { UPSTREAM_HEADERS, UpstreamClient } from '../upstream/client.js';
 import { buildProxy } from './app.js';
 
 export interface RunningProxy {
@@ -24,32 +29,57 @@ export interface RunningProxy {
   readonly managementUrl: string;
   readonly app: FastifyInstance;
   readonly cache: TieredCache;
+  /** The settings in force (after reloads). */
+  readonly config: Config;
+  /**
+   * Applies a reloaded config's runtime-changeable settings (reload.ts RELOADABLE) and keeps the
+   * rest as they are; answers nothing, the caller logs what changed.
+   */
+  reconfigure(next: Config): void;
   close(): Promise<void>;
 }
 
 export interface StartOptions {
   readonly logger: Logger;
+  /** Sets the logger's level on a reload (`server.logLevel`); default: the logger's own `level`. */
+  readonly setLogLevel?: (level: Config['server']['logLevel']) => void;
   readonly now?: () => number;
 }
 
 export async function startProxy(config: Config, options: StartOptions): Promise<RunningProxy> {
   const { logger } = options;
   const now = options.now ?? Date.now;
-  const redis = config.cache.redis.url !== '' || config.cache.redis.mode !== 'standalone' ? makeRedisRoles(config, logger, now) : undefined;
+  const startedAt = now();
+  let current = config;
+  const metrics = createMetrics({ version: VERSION, redis: usesRedis(config) });
+  const redis = usesRedis(config) ? makeRedisRoles(config, logger, now, (kind, seconds) => metrics.redisCommand(kind, seconds)) : undefined;
   if (redis && Object.keys(config.cache.redis.encryptionKeys).length === 0) {
     logger.warn('cache.redis.encryptionKeys is empty: entries are stored in Redis compressed but not encrypted');
   }
-  const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now });
+  const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now, onEvict: () => metrics.eviction('memory') });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
   const cache = new TieredCache({ tiers, ...(redis ? { bus: redis.bus } : {}) });
-  const upstream = new UpstreamClient(config.upstream);
+  const client = new UpstreamClient(config.upstream);
+  const stats = new RequestStats(now);
+  const health = new UpstreamHealth({
+    now,
+    probeMs: config.health.upstreamProbeMs,
+    // Any HTTP answer (a 401 without credentials) says the instance is there.
+    probe: () => client.get('/api/v1/user', UPSTREAM_HEADERS),
+    requireUpstream: () => current.health.requireUpstream,
+  });
+  const observe = (operation: string, status: number | undefined, seconds: number): void => {
+    metrics.upstream(operation, status, seconds);
+    stats.upstream(now());
+  };
+  const upstream = observeUpstream(client, health, observe);
   // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills (item 6).
-  const identityUpstream = upstream.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue });
-  const metrics = createMetrics();
+  const identityUpstream = observeUpstream(client.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue }), health, observe);
+  const recorder = new Recorder(metrics, stats, logger, config.log);
   const hmacSecret = await resolveHmacSecret(config, redis, logger);
   // Before any request: every value read from Redis is checked against its key from now on.
   redis?.bind(hmacSecret);
-  const app = await buildProxy(config, {
+  const proxy = await buildProxy(config, {
     cache,
     upstream,
     identityUpstream,
@@ -60,29 +90,47 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     bus: redis?.bus,
     lock: redis?.fillLock,
     now,
-    onOutcome: (outcome, operation) => metrics.recordOutcome(outcome, operation),
+    recorder,
+    onIdentityLookup: (result) => metrics.identityLookup(result),
+    onPassthroughAnswer: (status, error) => health.record(status, error),
   });
+  const app = proxy.app;
   metrics.gauge('tm_cache_memory_entries', 'Entries in the memory tier.', () => cache.memory.stats().entries);
   metrics.gauge('tm_cache_memory_bytes', 'Bytes held by the memory tier.', () => cache.memory.stats().bytes);
-  metrics.gauge('tm_cache_upstream_active', 'Upstream requests in flight.', () => upstream.load.active);
-  metrics.gauge('tm_cache_upstream_queued', 'Upstream requests waiting for a slot.', () => upstream.load.queued);
+  metrics.gauge('tm_cache_memory_max_bytes', 'The memory tier\'s bound (cache.memory.maxBytes).', () => cache.memory.maxBytes);
+  metrics.gauge('tm_cache_upstream_active', 'Upstream requests in flight.', () => client.load.active);
+  metrics.gauge('tm_cache_upstream_queued', 'Upstream requests waiting for a slot.', () => client.load.queued);
+  metrics.gauge('tm_cache_upstream_up', 'The upstream\'s last known state: 1 it answered, 0 it did not (refused, reset, timed out).', () => (health.state === 'down' ? 0 : 1));
   metrics.gauge('tm_cache_identity_upstream_active', 'Identity look-ups (GET /user) in flight.', () => identityUpstream.load.active);
   metrics.gauge('tm_cache_identity_upstream_queued', 'Identity look-ups waiting for a slot.', () => identityUpstream.load.queued);
-  if (redis) metrics.gauge('tm_cache_redis_errors_total', 'Redis errors, timeouts and disconnections.', () => redis.connection.stats().errors);
-  if (redis) metrics.gauge('tm_cache_redis_rejected_total', 'Values read from Redis that did not belong under their key or were invalid (deleted).', () => rejectedOf(redis));
-
-  const checks: ReadinessCheck[] = [];
   if (redis) {
-    checks.push({
-      name: 'redis',
-      // Redis down is a degradation, not an outage: the memory tier keeps serving.
-      check: () => {
-        const reason = redis.connection.degradedReason();
-        return reason === undefined ? { status: 'ok' } : { status: 'degraded', detail: reason };
-      },
-    });
+    metrics.counter('tm_cache_redis_errors_total', 'Redis errors, timeouts, disconnections and calls skipped while it was unavailable.', () => redis.connection.stats().errors);
+    metrics.counter('tm_cache_redis_rejected_total', 'Values read from Redis that did not belong under their key or were invalid (deleted).', () => rejectedOf(redis));
+    metrics.gauge('tm_cache_redis_up', '1 while Redis is usable, 0 while it is degraded (down, reconnecting, breaker open).', () => (redis.connection.degradedReason() === undefined ? 1 : 0));
   }
-  const { app: management, startDraining } = buildManagement(metrics, checks);
+
+  // Redis down is a degradation, not an outage: the memory tier keeps serving.
+  const redisCheck: ReadinessCheck | undefined = redis && {
+    name: 'redis',
+    check: () => {
+      const reason = redis.connection.degradedReason();
+      return reason === undefined ? { status: 'ok' } : { status: 'degraded', detail: reason };
+    },
+  };
+  const checks: ReadinessCheck[] = redisCheck ? [health.readiness(), redisCheck] : [health.readiness()];
+  const { app: management, startDraining } = buildManagement(metrics, checks, {
+    token: () => current.admin.token,
+    cache,
+    metrics,
+    stats,
+    health,
+    upstreamLoad: () => client.load,
+    redis: redis && redisCheck && { check: redisCheck, errors: () => redis.connection.stats().errors },
+    logger,
+    now,
+    version: VERSION,
+    startedAt,
+  });
   const url = await app.listen({ host: config.server.host, port: config.server.port });
   const managementUrl = await management.listen({ host: config.server.managementHost, port: config.server.managementPort });
 
@@ -91,6 +139,15 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     managementUrl,
     app,
     cache,
+    get config() {
+      return current;
+    },
+    reconfigure(next) {
+      current = applyReloadable(current, next);
+      proxy.reconfigure(current);
+      recorder.access = current.log;
+      (options.setLogLevel ?? ((level) => (logger.level = level)))(current.server.logLevel);
+    },
     close: async () => {
       startDraining();
       // Keep-alive connections that finish their last response after close() began stay open
@@ -105,7 +162,11 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   };
 }
 
-function makeRedisRoles(config: Config, logger: Logger, now: () => number): RedisRoles {
+function usesRedis(config: Config): boolean {
+  return config.cache.redis.url !== '' || config.cache.redis.mode !== 'standalone';
+}
+
+function makeRedisRoles(config: Config, logger: Logger, now: () => number, onCommand: (kind: string, seconds: number) => void): RedisRoles {
   const r = config.cache.redis;
   const keys = Object.entries(r.encryptionKeys);
   const keyring: Keyring | undefined =
@@ -125,6 +186,7 @@ function makeRedisRoles(config: Config, logger: Logger, now: () => number): Redi
     ...(keyring ? { keyring } : {}),
     logger: logger.child({ tier: 'redis' }),
     now,
+    onCommand,
   });
 }
 

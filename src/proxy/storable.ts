@@ -9,10 +9,10 @@
  * page in front of the instance, a captive portal): it is never stored nor taken as a verdict on
  * the caller, and the read-through answers 502 naming what came back (`describeAnswer`).
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { CanonicalRequest } from '../api/normalize.js';
 import type { CacheEntry } from '../cache/entry.js';
-import type { Scope } from '../cache/key.js';
+import { operationTag, type Scope } from '../cache/key.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { projectOfTags, userProjectTag } from './access-confirmation.js';
@@ -35,9 +35,17 @@ export function isApiAnswer(res: UpstreamResponse): boolean {
   return (res.status >= 300 && res.status < 400) || res.status === 401 || res.status === 403 || isJsonAnswer(res);
 }
 
+/** The last Content-Type seen and its verdict: an instance answers with one or two values, so a miss parses none. */
+let lastContentType: string | undefined;
+let lastIsJson = false;
+
 function isJsonAnswer(res: UpstreamResponse): boolean {
-  const type = mediaTypeOf(res.headers['content-type']);
-  return type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json'));
+  const value = res.headers['content-type'];
+  if (typeof value === 'string' && value === lastContentType) return lastIsJson;
+  const type = mediaTypeOf(value);
+  const json = type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json'));
+  if (typeof value === 'string') (lastContentType = value), (lastIsJson = json);
+  return json;
 }
 
 /** What came back, for a message: `200 text/html`. The media type only, cut short: it is the upstream's text. */
@@ -52,6 +60,18 @@ function mediaTypeOf(contentType: string | string[] | undefined): string {
 }
 
 /**
+ * An entry's tags: the policy's (resources in its path and body), and for purges by the admin
+ * API its operation (`op:listRuns:5`) and its user's scope (`u:7`); a user's entry of a project
+ * also carries `<scope>|project:<id>` (access-confirmation.ts).
+ */
+function entryTags(req: CanonicalRequest, tags: readonly string[], scope: Scope | undefined, projectId: number | undefined): string[] {
+  const out = [...tags, operationTag(req.op, req.ids)];
+  if (scope !== undefined) out.push(scope);
+  if (projectId !== undefined) out.push(userProjectTag(scope!, projectId));
+  return out;
+}
+
+/**
  * The entry for a storable answer: freshness and tags from the policy, a strong ETag of the body.
  * A user's entry of a project also carries `<scope>|project:<id>`, so that a revoked access drops
  * exactly that user's entries of the project (access-confirmation.ts).
@@ -59,7 +79,7 @@ function mediaTypeOf(contentType: string | string[] | undefined): string {
 export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: FreshnessPolicy, now: number, scope?: Scope): CacheEntry {
   const decided = policy.decide(req, res.body);
   const projectId = scope === undefined ? undefined : projectOfTags(decided.tags);
-  const etag = `"${createHash('sha256').update(res.body).digest('base64url').slice(0, 27)}"`;
+  const etag = etagOf(res.body);
   const contentType = res.headers['content-type'];
   const freshUntil = now + decided.ttlMs;
   return {
@@ -77,6 +97,14 @@ export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: 
     freshUntil,
     staleWhileRevalidateUntil: freshUntil + decided.staleWhileRevalidateMs,
     staleIfErrorUntil: freshUntil + decided.staleIfErrorMs,
-    tags: projectId === undefined ? decided.tags : [...decided.tags, userProjectTag(scope!, projectId)],
+    tags: entryTags(req, decided.tags, scope, projectId),
   };
+}
+
+/**
+ * A strong validator of the body (RFC 9110 §8.8.3): SHA-256, 162 bits of it in base64url. The
+ * one-shot `crypto.hash` (Node ≥ 20.12): no Hash object per miss.
+ */
+export function etagOf(body: Buffer): string {
+  return `"${hash('sha256', body, 'base64url').slice(0, 27)}"`;
 }

@@ -9,7 +9,11 @@
  *
  * The response head of a memory hit changes only when its Age or remaining ttl (whole seconds)
  * does: it is built once per second per entry and representation and reused by every hit in
- * between (node's writeHead reads the list and keeps no reference to it).
+ * between (node's writeHead reads the list and keeps no reference to it). Every head ends with
+ * the request's `X-Request-Id`: a reused head has a slot for it, written just before writeHead.
+ *
+ * What was written is left in `lastWrite` (body bytes sent, and body bytes a 304 saved), read
+ * by the pipeline's record right after: no object per request to say it.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { makeErrorBody } from '../api/errors.js';
@@ -19,50 +23,75 @@ import { acceptsGzip, representationHeaders, type Representation } from './encod
 import { cacheStatus, matchesIfNoneMatch } from './headers.js';
 import { localAnswer, relayedHeaders, type Served } from './served.js';
 
+/** What the last `writeServed` wrote: body bytes sent, and body bytes not sent thanks to a 304. */
+export const lastWrite = { sent: 0, savedBy304: 0 };
+
 /** Writes `served` as the answer to `req`; `t` is the clock reading the answer is dated with. */
-export function writeServed(req: IncomingMessage, res: ServerResponse, served: Served, t: number): void {
+export function writeServed(req: IncomingMessage, res: ServerResponse, served: Served, t: number, requestId: string): void {
   switch (served.kind) {
     case 'entry':
-      return writeEntry(req, res, served.entry, served.outcome, t);
+      return writeEntry(req, res, served.entry, served.outcome, t, requestId);
     case 'relay': {
       const head = relayedHeaders(served.response);
       head['cache-status'] = cacheStatus(served.outcome, undefined, t);
-      return writeBytes(req, res, served.response.status, head, served.response.body);
+      return writeBytes(req, res, served.response.status, head, served.response.body, requestId);
     }
     case 'local': {
       const head: Record<string, string> = { ...served.headers, 'content-type': 'application/json; charset=utf-8' };
       head['cache-status'] = cacheStatus(served.outcome, undefined, t);
-      return writeBytes(req, res, served.status, head, Buffer.from(JSON.stringify(served.body)));
+      return writeBytes(req, res, served.status, head, Buffer.from(JSON.stringify(served.body)), requestId);
     }
   }
 }
 
-function writeEntry(req: IncomingMessage, res: ServerResponse, entry: CacheEntry, outcome: CacheOutcome, t: number): void {
+function writeEntry(req: IncomingMessage, res: ServerResponse, entry: CacheEntry, outcome: CacheOutcome, t: number, requestId: string): void {
   const gzip = entry.gzip !== undefined && acceptsGzip(req.headers['accept-encoding']);
   const body = gzip ? entry.gzip : readBody(entry);
   if (body === undefined) {
     // A lazily decoded body from Redis that turns out corrupt: no entry, and nothing sent yet.
     const message = 'A stored answer could not be decoded; it will be fetched again.';
-    return writeServed(req, res, localAnswer(502, makeErrorBody(message), { kind: 'error', detail: 'decode' }), t);
+    return writeServed(req, res, localAnswer(502, makeErrorBody(message), { kind: 'error', detail: 'decode' }), t, requestId);
   }
   const etag = gzip ? entry.gzipEtag! : entry.etag;
   const ifNoneMatch = req.headers['if-none-match'];
   if (ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, etag)) {
-    res.writeHead(304, buildHead(entry, { body, etag, gzip }, outcome, t, true));
+    const head = buildHead(entry, { body, etag, gzip }, outcome, t, true);
+    head.push('x-request-id', requestId);
+    res.writeHead(304, head);
     res.end();
+    lastWrite.sent = 0;
+    lastWrite.savedBy304 = body.length;
     return;
   }
-  const head = outcome.kind === 'hit' && outcome.tier === 'memory' ? memoryHitHead(entry, gzip, body, outcome, t) : buildHead(entry, { body, etag, gzip }, outcome, t, false);
+  let head: string[];
+  if (outcome.kind === 'hit' && outcome.tier === 'memory') {
+    head = memoryHitHead(entry, gzip, body, outcome, t);
+    head[head.length - 1] = requestId;
+  } else {
+    head = buildHead(entry, { body, etag, gzip }, outcome, t, false);
+    head.push('x-request-id', requestId);
+  }
   res.writeHead(entry.status, head);
-  if (req.method === 'HEAD') res.end();
-  else res.end(body);
+  endWith(req, res, body);
 }
 
-function writeBytes(req: IncomingMessage, res: ServerResponse, status: number, head: Record<string, string>, body: Buffer): void {
+function writeBytes(req: IncomingMessage, res: ServerResponse, status: number, head: Record<string, string>, body: Buffer, requestId: string): void {
   head['content-length'] = String(body.length);
+  head['x-request-id'] = requestId;
   res.writeHead(status, head);
-  if (req.method === 'HEAD') res.end();
-  else res.end(body);
+  endWith(req, res, body);
+}
+
+/** Ends a response whose head is written: the body, unless the request was a HEAD. */
+function endWith(req: IncomingMessage, res: ServerResponse, body: Buffer): void {
+  lastWrite.savedBy304 = 0;
+  if (req.method === 'HEAD') {
+    lastWrite.sent = 0;
+    res.end();
+  } else {
+    lastWrite.sent = body.length;
+    res.end(body);
+  }
 }
 
 interface HeadCache {
@@ -79,8 +108,9 @@ function memoryHitHead(entry: CacheEntry, gzip: boolean, body: Buffer, outcome: 
   const ttl = ttlSeconds(entry, t);
   let cached = heads.get(entry);
   if (cached === undefined || cached.age !== age || cached.ttl !== ttl) heads.set(entry, (cached = { age, ttl }));
-  if (gzip) return (cached.gzip ??= buildHead(entry, { body, etag: entry.gzipEtag!, gzip }, outcome, t, false));
-  return (cached.identity ??= buildHead(entry, { body, etag: entry.etag, gzip }, outcome, t, false));
+  // The last slot is the request id's value, written by the caller before each writeHead.
+  if (gzip) return (cached.gzip ??= [...buildHead(entry, { body, etag: entry.gzipEtag!, gzip }, outcome, t, false), 'x-request-id', '']);
+  return (cached.identity ??= [...buildHead(entry, { body, etag: entry.etag, gzip }, outcome, t, false), 'x-request-id', '']);
 }
 
 function buildHead(entry: CacheEntry, rep: Representation, outcome: CacheOutcome, t: number, notModified: boolean): string[] {

@@ -74,10 +74,11 @@ class Lane {
     return { active: this.active, queued: this.queue.length };
   }
 
-  acquire(): Promise<void> {
+  /** A slot: undefined when one was free (taken at once, no promise), else a promise of one. */
+  acquire(): Promise<void> | undefined {
     if (this.active < this.limits.maxConcurrent) {
       this.active++;
-      return Promise.resolve();
+      return undefined;
     }
     if (this.queue.length >= this.limits.maxQueue) {
       return Promise.reject(new UpstreamError('queue-full', 'too many requests waiting for the upstream'));
@@ -151,18 +152,27 @@ export class UpstreamClient implements UpstreamLane {
     return lane;
   }
 
-  private async getIn(lane: Lane, path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
-    await lane.acquire();
-    try {
-      return await new Promise<UpstreamResponse>((resolve, reject) => {
-        const collector = new BodyCollector(resolve, reject, this.options.maxBodyBytes);
+  /** With a free slot (the common case) the request is dispatched at once: no promise waits for the lane. */
+  private getIn(lane: Lane, path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
+    const waiting = lane.acquire();
+    if (waiting === undefined) return this.dispatch(lane, path, headers);
+    return waiting.then(() => this.dispatch(lane, path, headers), (err: unknown) => Promise.reject(toUpstreamError(err)));
+  }
+
+  /** One request on a slot of `lane` already taken; the slot is released when the answer settles, once. */
+  private dispatch(lane: Lane, path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
+    return new Promise<UpstreamResponse>((resolve, reject) => {
+      const collector = new BodyCollector(
+        (res) => (lane.release(), resolve(res)),
+        (err) => (lane.release(), reject(toUpstreamError(err))),
+        this.options.maxBodyBytes,
+      );
+      try {
         this.pool.dispatch({ path: this.basePath + path, method: 'GET', headers }, collector);
-      });
-    } catch (err) {
-      throw toUpstreamError(err);
-    } finally {
-      lane.release();
-    }
+      } catch (err) {
+        collector.fail(err);
+      }
+    });
   }
 }
 
@@ -214,12 +224,18 @@ class BodyCollector implements Dispatcher.DispatchHandler {
     if (this.settled) return;
     this.settled = true;
     let body: Buffer;
-    if (this.chunks.length === 0 && this.body !== undefined) body = this.body.subarray(0, this.filled);
+    // The announced length, received whole: the buffer itself (no view, no copy).
+    if (this.chunks.length === 0 && this.body !== undefined) body = this.filled === this.body.length ? this.body : this.body.subarray(0, this.filled);
     else body = Buffer.concat([...(this.body ? [this.body.subarray(0, this.filled)] : []), ...this.chunks]);
     this.resolve({ status: this.status, headers: this.headers, body });
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    this.fail(err);
+  }
+
+  /** Fails the request unless it already settled (a dispatch that threw, a transport error). */
+  fail(err: unknown): void {
     if (this.settled) return;
     this.settled = true;
     this.reject(err);

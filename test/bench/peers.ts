@@ -25,25 +25,25 @@ export interface Peer {
  * Varnish's built-in vcl_recv passes any request carrying Authorization; ours hashes it instead,
  * and puts the credential in the hash so callers never share an object.
  */
-export function makeVcl(backend: Backend): string {
+export function makeVcl(backend: Backend, freshness = '  set beresp.ttl = 30s;\n  set beresp.grace = 0s;'): string {
   return `vcl 4.1;
 backend default { .host = "${backend.host}"; .port = "${backend.port}"; }
 sub vcl_recv { return (hash); }
 sub vcl_hash { hash_data(req.url); hash_data(req.http.Authorization); return (lookup); }
 sub vcl_backend_response {
   unset beresp.http.Set-Cookie;
-  set beresp.ttl = 30s;
-  set beresp.grace = 0s;
+${freshness}
   return (deliver);
 }
 `;
 }
 
-export async function startVarnish(dir: string, port: number, backend: Backend, cpu: number): Promise<Peer | string> {
+/** Varnish with `vcl` (default makeVcl: 30 s, no grace), its work directory under `dir`. */
+export async function startVarnish(dir: string, port: number, backend: Backend, cpu: number, vclText = makeVcl(backend)): Promise<Peer | string> {
   const varnishd = findBinary('varnishd');
   if (!varnishd) return `varnishd not found (install: ${INSTALL_HINT})`;
   const vcl = join(dir, 'bench.vcl');
-  writeFileSync(vcl, makeVcl(backend));
+  writeFileSync(vcl, vclText);
   const workdir = join(dir, 'varnish');
   mkdirSync(workdir, { recursive: true });
   // -j none: no privilege separation, so a root run can compile the VCL in a root-owned tmpdir.
@@ -54,7 +54,18 @@ export async function startVarnish(dir: string, port: number, backend: Backend, 
   return { name: 'varnish', url, proc };
 }
 
-export function makeNginxConf(dir: string, port: number, backend: Backend): string {
+/** A `location` proxying to the emulator over keepalive connections, with `extra` directives. */
+export function proxyLocation(match: string, extra: string): string {
+  return `    location ${match} {
+      proxy_pass http://emulator;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+${extra}
+    }`;
+}
+
+/** nginx.conf: one worker, no master, every file under `dir`, keepalive to the emulator. */
+export function nginxConf(dir: string, port: number, backend: Backend, http: string, locations: string): string {
   const d = (name: string) => join(dir, name);
   return `worker_processes 1;
 daemon off;
@@ -72,35 +83,55 @@ http {
   fastcgi_temp_path ${d('fastcgi_temp')};
   uwsgi_temp_path ${d('uwsgi_temp')};
   scgi_temp_path ${d('scgi_temp')};
-  proxy_cache_path ${d('cache')} levels=1:2 keys_zone=bench:10m max_size=256m inactive=60s use_temp_path=off;
+${http}
   upstream emulator { server ${backend.host}:${backend.port}; keepalive 8; }
   server {
     listen 127.0.0.1:${port};
-    location / {
-      proxy_pass http://emulator;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_cache bench;
-      proxy_cache_key "$http_authorization$request_uri";
-      proxy_cache_valid 200 30s;
-      proxy_ignore_headers Cache-Control Expires Set-Cookie;
-      proxy_cache_lock on;
-    }
+${locations}
   }
 }
 `;
 }
 
-export async function startNginx(dir: string, port: number, backend: Backend, cpu: number): Promise<Peer | string> {
+export function makeNginxConf(dir: string, port: number, backend: Backend): string {
+  return nginxConf(
+    dir,
+    port,
+    backend,
+    `  proxy_cache_path ${join(dir, 'cache')} levels=1:2 keys_zone=bench:10m max_size=256m inactive=60s use_temp_path=off;`,
+    proxyLocation(
+      '/',
+      `      proxy_cache bench;
+      proxy_cache_key "$http_authorization$request_uri";
+      proxy_cache_valid 200 30s;
+      proxy_ignore_headers Cache-Control Expires Set-Cookie;
+      proxy_cache_lock on;`,
+    ),
+  );
+}
+
+/**
+ * nginx as a plain reverse proxy (`proxy_pass`, no cache, keepalive upstream): the baseline of a
+ * miss, the least any proxy can add to asking upstream.
+ */
+export function makeNginxPassConf(dir: string, port: number, backend: Backend): string {
+  // Buffering as nginx ships (on): it streams the answer to the client as it arrives.
+  return nginxConf(dir, port, backend, '', proxyLocation('/', ''));
+}
+
+export type NginxConf = (dir: string, port: number, backend: Backend) => string;
+
+/** nginx with `conf` (default the proxy_cache one), its files under `dir`/`name`. */
+export async function startNginx(dir: string, port: number, backend: Backend, cpu: number, conf: NginxConf = makeNginxConf, name = 'nginx'): Promise<Peer | string> {
   const nginx = findBinary('nginx');
   if (!nginx) return `nginx not found (install: ${INSTALL_HINT})`;
-  const prefix = join(dir, 'nginx');
+  const prefix = join(dir, name.replace(/[^a-z0-9]+/gi, '-'));
   mkdirSync(prefix, { recursive: true });
-  const conf = join(prefix, 'nginx.conf');
-  writeFileSync(conf, makeNginxConf(prefix, port, backend));
+  const confFile = join(prefix, 'nginx.conf');
+  writeFileSync(confFile, conf(prefix, port, backend));
   // -e: the startup error log too goes to the tmpdir, not /var/log/nginx.
-  const proc = startProcess('nginx', nginx, ['-e', join(prefix, 'error.log'), '-p', prefix, '-c', conf], { cpu });
+  const proc = startProcess(name, nginx, ['-e', join(prefix, 'error.log'), '-p', prefix, '-c', confFile], { cpu });
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/__emulator/tokens`, proc, { timeoutMs: 15_000 });
-  return { name: 'nginx', url, proc };
+  return { name, url, proc };
 }

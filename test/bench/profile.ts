@@ -1,7 +1,8 @@
 /**
  * Where a tm-cache request path spends its CPU: runs the BUILT server under `node --cpu-prof`
  * (pinned to the server core, load on the load core, as in run.ts), then prints the top frames
- * by self time and by inclusive time, and a breakdown by origin (tm-cache, fastify, node, GC).
+ * by self time and by inclusive time, a breakdown by origin (tm-cache, fastify, node, GC), and
+ * the garbage collector's share of the busy time.
  *
  *   npm run build && npx tsx test/bench/profile.ts hit     # memory-tier hits, wrk 32 connections
  *   npx tsx test/bench/profile.ts redis                    # Redis-tier hits (a memory tier storing nothing: startRedisHitServer)
@@ -35,6 +36,8 @@ interface CpuProfile {
 }
 
 const SECONDS = Number(process.env['PROFILE_SECONDS'] ?? 10);
+/** Frames of module loading (node's loaders, tsx): start-up, not the request path. */
+const STARTUP_FRAME = /^node:internal\/modules\/|\/tsx\//;
 const TOP = Number(process.env['PROFILE_TOP'] ?? 25);
 
 function frameName(n: ProfileNode): string {
@@ -53,12 +56,24 @@ function origin(n: ProfileNode): string {
   return url;
 }
 
-function analyse(profile: CpuProfile): void {
+/** `skipUs`: samples of the first µs of the profile (start-up, module loading) are left out. */
+function analyse(profile: CpuProfile, skipUs: number): void {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const selfUs = new Map<number, number>();
-  profile.samples.forEach((id, i) => selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  let atUs = 0;
+  profile.samples.forEach((id, i) => {
+    atUs += profile.timeDeltas[i] ?? 0;
+    if (atUs >= skipUs) selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  });
+  // Loading modules at start-up is not the request path: left out of every figure below.
+  const isStartup = (id: number): boolean => {
+    for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) if (STARTUP_FRAME.test(byId.get(cur)!.callFrame.url)) return true;
+    return false;
+  };
+  let startup = 0;
+  for (const [id, us] of selfUs) if (isStartup(id)) (startup += us), selfUs.delete(id);
   const total = [...selfUs.values()].reduce((a, b) => a + b, 0);
   const idle = [...selfUs].filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)').reduce((a, [, v]) => a + v, 0);
   const busy = total - idle;
@@ -82,7 +97,9 @@ function analyse(profile: CpuProfile): void {
     }
   }
   const top = (m: Map<string, number>, n: number) => [...m].sort((a, b) => b[1] - a[1]).slice(0, n);
-  console.log(`\nbusy ${(busy / 1e6).toFixed(2)} s of ${(total / 1e6).toFixed(2)} s sampled (percentages are of busy time)`);
+  console.log(`\nbusy ${(busy / 1e6).toFixed(2)} s of ${(total / 1e6).toFixed(2)} s sampled (percentages are of busy time; ${(startup / 1e6).toFixed(2)} s loading modules at start-up left out)`);
+  const gc = byOrigin.get('(garbage collector)') ?? 0;
+  console.log(`GC share: ${pct(gc).trim()} of busy time (the "(garbage collector)" frame: V8's collector on the main thread)`);
   console.log('\n-- by origin (self time)');
   for (const [name, us] of top(byOrigin, 15)) console.log(`${pct(us)}  ${name}`);
   console.log('\n-- top frames, self time');
@@ -122,6 +139,7 @@ async function main(): Promise<void> {
     const ref = await fetchPage(emulator.url + path, member.token);
     const page: Page = { path, token: member.token, body: ref.body, contentType: String(ref.headers['content-type']) };
     let server: Server;
+    const spawnedAt = performance.now();
     if (mode === 'bare') {
       server = await startBare(dir, page.body, page.contentType, nodeArgs);
     } else if (mode === 'redis') {
@@ -132,6 +150,8 @@ async function main(): Promise<void> {
     }
     await fetchPage(server.url + path, page.token);
     await new Promise((r) => setTimeout(r, 200)); // let a fire-and-forget Redis write land
+    // The profile starts with the process: what came before the load (start-up) is left out.
+    const skipUs = (performance.now() - spawnedAt) * 1_000;
     if (mode === 'miss') {
       await missLoad(emulator, server, page);
     } else {
@@ -145,7 +165,8 @@ async function main(): Promise<void> {
     const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
     if (!file) throw new Error(`no .cpuprofile written in ${dir}`);
     if (process.env['PROFILE_OUT']) copyFileSync(join(dir, file), process.env['PROFILE_OUT']);
-    analyse(JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile);
+    console.log(`(the first ${(skipUs / 1e6).toFixed(1)} s of the profile, start-up until the load began, are left out)`);
+    analyse(JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile, skipUs);
   } finally {
     await stopAll();
     rmSync(dir, { recursive: true, force: true });

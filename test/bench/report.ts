@@ -9,11 +9,12 @@ export function fmt(value: number | undefined, digits = 2): string {
   return value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 
-export function printTable(title: string, header: readonly string[], rows: readonly (readonly Cell[])[], notes: readonly string[] = []): void {
+/** `alignLeft`: every column left-aligned (figure/value tables whose values are sentences). */
+export function printTable(title: string, header: readonly string[], rows: readonly (readonly Cell[])[], notes: readonly string[] = [], alignLeft = false): void {
   const text = rows.map((row) => row.map((c) => (c === undefined ? '—' : String(c))));
   const widths = header.map((h, i) => Math.max(h.length, ...text.map((r) => (r[i] ?? '').length)));
   const line = (cells: readonly string[]) =>
-    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
+    cells.map((c, i) => (i === 0 || alignLeft ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
   console.log(`\n== ${title}`);
   console.log(line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
@@ -41,13 +42,18 @@ export function ratioCheck(name: string, value: number | undefined, min: number 
   };
 }
 
+/** A figure that must stay at or under `max` (a cost ratio: CPU, latency). */
+export function maxCheck(name: string, value: number | undefined, max: number): Check {
+  return { name, value, target: `≤ ${max}`, pass: value === undefined ? undefined : value <= max };
+}
+
 export function printSummary(checks: readonly Check[]): void {
   printTable(
-    'Summary (ratios measured in this run; targets from issues #3 and #4)',
+    'Summary (ratios and counts measured in this run; targets from issues #3, #4 and #10)',
     ['figure', 'value', 'target', 'verdict'],
     checks.map((c) => [
       c.name,
-      c.value === undefined ? 'skipped' : `${Number.isInteger(c.value) ? String(c.value) : fmt(c.value, c.unit ? 3 : 2)}${c.unit ? ` ${c.unit}` : ''}`,
+      c.value === undefined ? 'skipped' : `${Number.isInteger(c.value) ? String(c.value) : fmt(c.value, c.unit === 'µs' ? 0 : c.unit ? 3 : 2)}${c.unit ? ` ${c.unit}` : ''}`,
       c.target,
       c.pass === undefined ? (c.value === undefined ? 'SKIP' : 'info') : c.pass ? 'PASS' : 'FAIL',
     ]),

@@ -5,6 +5,12 @@
  *   BENCH_DURATION_S=5 npx tsx test/bench/run.ts   # shorter runs (dist/ must be built)
  *   BENCH_ONLY=security npx tsx test/bench/run.ts  # only the named scenarios (comma-separated)
  *
+ * Scenarios, in run order: hit, miss (with nginx proxy_pass as the baseline, and coalescing),
+ * redis, emulator, dashboards, capacity, ci-burst, security. Their knobs: BENCH_MISS_PAIRS (300),
+ * BENCH_DASH_SCALE (0.2: every clock of the dashboards scenario × 0.2), BENCH_DASH_PERIODS (3),
+ * BENCH_CAPACITY_S (12), BENCH_CAPACITY_STALE (3,000 stale lists), BENCH_CI_AGENTS (200),
+ * BENCH_CI_USERS (20). All of them at their defaults take about 5–6 minutes.
+ *
  * Layout on a 2-core machine: every server under test alone on core 1 (`taskset -c 1`); wrk, the
  * emulator (upstream, medium scale, seed 42), redis-server and this runner on core 0. Every load
  * loop is bounded in time; every child runs in its own process group and is killed on exit.
@@ -15,11 +21,14 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { choosePage, type LoadOptions } from './measure.js';
-import { INSTALL_HINT } from './peers.js';
-import { canPin, findBinary, installCleanup, pinSelf, stopAll, type Proc } from './procs.js';
+import { INSTALL_HINT, makeNginxPassConf, startNginx } from './peers.js';
+import { canPin, findBinary, freePort, installCleanup, pinSelf, stopAll, type Proc } from './procs.js';
 import { printSummary, type Check } from './report.js';
+import { runDashboardsScenario } from './scenario-dashboards.js';
 import { runEmulatorScenario } from './scenario-emulator.js';
 import { runHitScenario } from './scenario-hit.js';
+import { runCapacityScenario } from './scenario-capacity.js';
+import { runCiBurstScenario } from './scenario-ci-burst.js';
 import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
 import { runRedisScenario } from './scenario-redis.js';
 import { runSecurityScenario } from './scenario-security.js';
@@ -36,6 +45,13 @@ const REDIS_DURATION_S = envNumber('BENCH_REDIS_DURATION_S', Math.min(DURATION_S
 const MISS_PAIRS = envNumber('BENCH_MISS_PAIRS', 300);
 const COALESCE_CONCURRENT = envNumber('BENCH_COALESCE', 1_000);
 const ROUNDS = envNumber('BENCH_ROUNDS', 4);
+const CI_AGENTS = envNumber('BENCH_CI_AGENTS', 200);
+const CI_USERS = envNumber('BENCH_CI_USERS', 20);
+const CAPACITY_S = envNumber('BENCH_CAPACITY_S', 12);
+const CAPACITY_STALE = envNumber('BENCH_CAPACITY_STALE', 3_000);
+/** Dashboards: every clock × this (0.2: poll every 2 s, ttl 6 s; at 0.1 this 2-core machine saturates), and freshness periods measured after the warm-up. */
+const DASH_SCALE = envNumber('BENCH_DASH_SCALE', 0.2);
+const DASH_PERIODS = envNumber('BENCH_DASH_PERIODS', 3);
 const HIT_CONNECTIONS = 32;
 const ONLY = (process.env['BENCH_ONLY'] ?? '').split(',').filter((name) => name !== '');
 
@@ -89,7 +105,9 @@ async function main(): Promise<number> {
     if (hasWrk) await scenario('hit', ctx, () => runHitScenario(dir, em, page, load));
     await scenario('miss', ctx, async () => {
       const proxy = await startTmCache(em.url, { name: 'tm-cache (miss)' });
-      const miss = await runMissScenario(em, proxy, page, MISS_PAIRS);
+      const nginx = await startNginx(dir, await freePort(), { host: '127.0.0.1', port: Number(new URL(em.url).port) }, SERVER_CPU, makeNginxPassConf, 'nginx proxy_pass');
+      if (typeof nginx === 'string') console.log(`   nginx proxy_pass baseline skipped: ${nginx}`);
+      const miss = await runMissScenario(em, proxy, page, MISS_PAIRS, typeof nginx === 'string' ? undefined : nginx);
       const coalesce = await runCoalesceScenario(em, proxy, page, COALESCE_CONCURRENT);
       return { miss, coalesce, checks: [...miss.checks, ...coalesce.checks] };
     });
@@ -99,6 +117,15 @@ async function main(): Promise<number> {
       console.log('redis-server not found: Redis scenario skipped (install: apt-get install redis-server)');
     }
     if (hasWrk) await scenario('emulator', ctx, () => runEmulatorScenario(dir, em, page, 4));
+    await scenario('dashboards', ctx, () =>
+      runDashboardsScenario(dir, { dashboards: 50, usersPerDashboard: 4, scale: DASH_SCALE, periods: DASH_PERIODS, conditionalShare: 0.5 }),
+    );
+    if (hasWrk) {
+      await scenario('capacity', ctx, () => runCapacityScenario(dir, em, { durationS: CAPACITY_S, rounds: 2, staleCount: CAPACITY_STALE }));
+    }
+    if (findBinary('redis-server')) {
+      await scenario('ci-burst', ctx, () => runCiBurstScenario(em, { agents: CI_AGENTS, users: CI_USERS, replicas: 3 }));
+    }
     await scenario('security', ctx, () => runSecurityScenario(em, { token: page.token, path: page.path }));
   } catch (err) {
     failures.push('setup');

@@ -1,16 +1,18 @@
 /**
- * Scenario 2: what a miss costs over asking the emulator directly. The same ~300 distinct
- * questions (the page with a unique `created_before`, so each is a guaranteed miss) go one at a
- * time to the emulator and through tm-cache, alternating which goes first so drift cancels.
+ * Scenario 2: what a miss costs over asking the emulator directly, and over the leanest proxy,
+ * nginx `proxy_pass` (no cache, keepalive upstream, one worker, pinned on the server core like
+ * tm-cache). The same ~300 distinct questions (the page with a unique `created_before`, so each
+ * is a guaranteed miss) go one at a time to each, in rotating order so drift cancels.
  *
  * Scenario 3: coalescing. 1,000 concurrent identical cold requests on 1,000 connections; the
  * emulator must see one page request, and every client a 200.
  */
 import { Pool } from 'undici';
+import { timedGet, type Timed } from './questions.js';
 import { header, type Page } from './measure.js';
-import { fmt, median, printTable, quantile, ratioCheck, type Check } from './report.js';
+import { fmt, maxCheck, median, printTable, quantile, ratioCheck, type Check } from './report.js';
 import { RUNS_ROUTE } from './scenario-hit.js';
-import { groupCpuSeconds } from './procs.js';
+import { groupCpuSecondsPrecise } from './procs.js';
 import type { Emulator, Server } from './servers.js';
 
 /** Timestamps after every run of the dataset: the answer is the full page, the key is new. */
@@ -23,95 +25,117 @@ export function uniquePath(page: Page): string {
   return `${page.path}${page.path.includes('?') ? '&' : '?'}created_before=${encodeURIComponent(ts)}`;
 }
 
-interface Timed {
-  readonly ms: number;
-  readonly status: number;
-  readonly bytes: number;
-  readonly cacheStatus: string;
-}
-
-async function timedGet(pool: Pool, path: string, token: string): Promise<Timed> {
-  const t0 = process.hrtime.bigint();
-  const res = await pool.request({ method: 'GET', path, headers: { authorization: `Bearer ${token}` } });
-  const body = Buffer.from(await res.body.arrayBuffer());
-  const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-  const cs = res.headers['cache-status'];
-  return { ms, status: res.statusCode, bytes: body.length, cacheStatus: Array.isArray(cs) ? cs.join(', ') : (cs ?? '') };
+export interface Latency {
+  readonly median: number;
+  readonly p90: number;
+  readonly mean: number;
 }
 
 export interface MissScenario {
-  /** tm-cache's CPU time per miss (process group), µs. */
+  /** tm-cache's CPU time per miss (process group, all threads), µs. */
   readonly proxyCpuUsPerMiss: number;
-  readonly direct: { median: number; p90: number; mean: number };
-  readonly proxied: { median: number; p90: number; mean: number };
+  /** nginx proxy_pass's CPU time per miss, µs; undefined without nginx. */
+  readonly nginxCpuUsPerMiss?: number;
+  readonly direct: Latency;
+  readonly proxied: Latency;
+  readonly nginx?: Latency;
   readonly medianOverheadMs: number;
   readonly medianPairedOverheadMs: number;
+  /** tm-cache ÷ nginx proxy_pass: median latency and CPU per miss. */
+  readonly vsNginx?: { readonly median: number; readonly p90: number; readonly cpu: number };
   readonly pairs: number;
   readonly proxiedMisses: number;
   readonly checks: Check[];
 }
 
-const summary = (xs: number[]) => ({ median: median(xs), p90: quantile(xs, 0.9), mean: xs.reduce((a, b) => a + b, 0) / xs.length });
+const summary = (xs: number[]): Latency => ({ median: median(xs), p90: quantile(xs, 0.9), mean: xs.reduce((a, b) => a + b, 0) / xs.length });
 
-export async function runMissScenario(emulator: Emulator, proxy: Server, page: Page, pairs: number): Promise<MissScenario> {
-  const direct = new Pool(emulator.url, { connections: 1 });
-  const proxied = new Pool(proxy.url, { connections: 1 });
+/**
+ * The same distinct cold questions asked of the emulator directly, through tm-cache and (when
+ * `nginx` is given) through nginx `proxy_pass`: each question goes to all of them in a rotating
+ * order, one at a time, so drift and the emulator's own caching fall on all alike.
+ */
+export async function runMissScenario(emulator: Emulator, proxy: Server, page: Page, pairs: number, nginx?: Server): Promise<MissScenario> {
+  const targets = [emulator, proxy, ...(nginx ? [nginx] : [])];
+  const pools = targets.map((t) => new Pool(t.url, { connections: 1 }));
   try {
-    const one = async (order: 'direct-first' | 'proxy-first') => {
+    const one = async (turn: number): Promise<Timed[]> => {
       const path = uniquePath(page);
-      if (order === 'direct-first') {
-        const d = await timedGet(direct, path, page.token);
-        return { d, p: await timedGet(proxied, path, page.token) };
+      const out: Timed[] = [];
+      for (let k = 0; k < pools.length; k++) {
+        const i = (turn + k) % pools.length;
+        out[i] = await timedGet(pools[i]!, path, { authorization: `Bearer ${page.token}` });
       }
-      const p = await timedGet(proxied, path, page.token);
-      return { d: await timedGet(direct, path, page.token), p };
+      return out;
     };
-    // Warm-up: connections, JIT on both sides, and tm-cache's identity memo for the token.
-    for (let i = 0; i < 30; i++) await one(i % 2 === 0 ? 'direct-first' : 'proxy-first');
-    const d: number[] = [];
-    const p: number[] = [];
+    // Warm-up: connections, JIT on every side, and tm-cache's identity memo for the token.
+    for (let i = 0; i < 30; i++) await one(i);
+    const times: number[][] = targets.map(() => []);
     const diffs: number[] = [];
     let misses = 0;
-    const cpuBefore = groupCpuSeconds(proxy.proc.pid);
-    for (let i = 0; i < pairs; i++) {
-      const { d: a, p: b } = await one(i % 2 === 0 ? 'direct-first' : 'proxy-first');
-      if (a.status !== 200 || b.status !== 200 || a.bytes !== b.bytes) {
-        throw new Error(`question ${i}: direct ${a.status}/${a.bytes} B, via tm-cache ${b.status}/${b.bytes} B`);
+    const cpu = () => [groupCpuSecondsPrecise(proxy.proc.pid), nginx ? groupCpuSecondsPrecise(nginx.proc.pid) : NaN];
+    const cpuBefore = cpu();
+    for (let q = 0; q < pairs; q++) {
+      const got = await one(q);
+      const [d, p] = [got[0]!, got[1]!];
+      for (const [i, t] of got.entries()) {
+        if (t.status !== 200 || t.bytes !== d.bytes) throw new Error(`question ${q}: direct ${d.status}/${d.bytes} B, via ${targets[i]!.name} ${t.status}/${t.bytes} B`);
+        times[i]!.push(t.ms);
       }
-      if (b.cacheStatus.includes('fwd=')) misses++;
-      d.push(a.ms);
-      p.push(b.ms);
-      diffs.push(b.ms - a.ms);
+      if (p.cacheStatus.includes('fwd=')) misses++;
+      diffs.push(p.ms - d.ms);
     }
-    const proxyCpuUsPerMiss = ((groupCpuSeconds(proxy.proc.pid) - cpuBefore) * 1e6) / pairs;
+    const cpuAfter = cpu();
+    const perMissUs = (i: number) => ((cpuAfter[i]! - cpuBefore[i]!) * 1e6) / pairs;
+    const [direct, proxied] = [summary(times[0]!), summary(times[1]!)];
+    const viaNginx = nginx ? summary(times[2]!) : undefined;
+    const nginxCpuUsPerMiss = nginx ? perMissUs(1) : undefined;
+    const proxyCpuUsPerMiss = perMissUs(0);
+    const vsNginx = viaNginx && nginxCpuUsPerMiss
+      ? { median: proxied.median / viaNginx.median, p90: proxied.p90 / viaNginx.p90, cpu: proxyCpuUsPerMiss / nginxCpuUsPerMiss }
+      : undefined;
     const result = {
       proxyCpuUsPerMiss,
-      direct: summary(d),
-      proxied: summary(p),
-      medianOverheadMs: median(p) - median(d),
+      ...(nginxCpuUsPerMiss === undefined ? {} : { nginxCpuUsPerMiss }),
+      direct,
+      proxied,
+      ...(viaNginx ? { nginx: viaNginx } : {}),
+      medianOverheadMs: proxied.median - direct.median,
       medianPairedOverheadMs: median(diffs),
+      ...(vsNginx ? { vsNginx } : {}),
       pairs,
       proxiedMisses: misses,
     };
+    const row = (name: string, l: Latency, cpuUs?: number) => [name, fmt(l.median, 3), fmt(l.p90, 3), fmt(l.mean, 3), fmt(l.median - direct.median, 3), cpuUs === undefined ? '' : fmt(cpuUs, 0)];
     printTable(
-      `2. Miss overhead: ${pairs} distinct cold questions, one at a time, alternating direct / via tm-cache`,
-      ['path', 'median ms', 'p90 ms', 'mean ms'],
+      `2. Miss: ${pairs} distinct cold questions (${page.body.length} B each), one at a time, each asked of ${targets.map((t) => t.name).join(', ')} in rotating order`,
+      ['path', 'median ms', 'p90 ms', 'mean ms', 'median − direct', 'CPU µs/miss'],
       [
-        ['emulator directly', fmt(result.direct.median, 3), fmt(result.direct.p90, 3), fmt(result.direct.mean, 3)],
-        ['via tm-cache (miss)', fmt(result.proxied.median, 3), fmt(result.proxied.p90, 3), fmt(result.proxied.mean, 3)],
-        ['difference', fmt(result.medianOverheadMs, 3), fmt(result.proxied.p90 - result.direct.p90, 3), fmt(result.proxied.mean - result.direct.mean, 3)],
+        row('emulator directly', direct),
+        ...(viaNginx ? [row('via nginx proxy_pass', viaNginx, nginxCpuUsPerMiss)] : []),
+        row('via tm-cache (miss)', proxied, proxyCpuUsPerMiss),
       ],
       [
-        `median of per-question differences: ${fmt(result.medianPairedOverheadMs, 3)} ms; tm-cache reported a miss (fwd=) for ${misses}/${pairs}.`,
-        `tm-cache CPU per miss: ${fmt(proxyCpuUsPerMiss, 0)} µs (the rest of the difference is the extra hop: the 87 KB body is received whole, then sent).`,
+        `median of per-question differences tm-cache − direct: ${fmt(result.medianPairedOverheadMs, 3)} ms; tm-cache reported a miss (fwd=) for ${misses}/${pairs}.`,
+        vsNginx
+          ? `tm-cache ÷ nginx proxy_pass: median latency ${fmt(vsNginx.median)}× (target ≤ 1.15), p90 ${fmt(vsNginx.p90)}×, CPU per miss ${fmt(vsNginx.cpu)}× (target ≤ 2).`
+          : 'nginx not found: no proxy_pass baseline (install: apt-get install nginx-light).',
+        'CPU per miss: every thread of the server\'s process group (schedstat, ns), over the measured questions only.',
+        'Where tm-cache\'s miss CPU goes: npx tsx test/bench/profile.ts miss (top self-time frames, GC share).',
       ],
     );
     return {
       ...result,
-      checks: [{ name: 'miss: median overhead vs emulator', value: result.medianOverheadMs, unit: 'ms', target: '< 1 ms', pass: result.medianOverheadMs < 1 }],
+      checks: [
+        { name: 'miss: median overhead vs emulator', value: result.medianOverheadMs, unit: 'ms', target: '< 1 ms', pass: result.medianOverheadMs < 1 },
+        maxCheck('miss: tm-cache ÷ nginx proxy_pass, median latency', vsNginx?.median, 1.15),
+        maxCheck('miss: tm-cache ÷ nginx proxy_pass, CPU per miss', vsNginx?.cpu, 2),
+        { name: 'miss: tm-cache CPU per miss', value: proxyCpuUsPerMiss, unit: 'µs', target: 'info', pass: undefined },
+        { name: 'miss: nginx proxy_pass CPU per miss', value: nginxCpuUsPerMiss, unit: 'µs', target: 'info', pass: undefined },
+      ],
     };
   } finally {
-    await Promise.all([direct.close(), proxied.close()]);
+    await Promise.all(pools.map((pool) => pool.close()));
   }
 }
 

@@ -19,6 +19,8 @@ export interface Server {
   readonly name: string;
   readonly url: string;
   readonly proc: Proc;
+  /** tm-cache's management port (/metrics, /readyz); undefined for other servers. */
+  readonly managementUrl?: string;
 }
 
 import type { TokenInfo } from '../../src/emulator/state.js';
@@ -27,20 +29,27 @@ export type { TokenInfo };
 
 export interface Emulator extends Server {
   readonly tokens: TokenInfo[];
-  stats(): Promise<{ total: number; by_route: Record<string, number> }>;
+  stats(): Promise<{ total: number; by_route: Record<string, number>; by_token: Record<string, number> }>;
   resetStats(): Promise<void>;
+  /** POST /__emulator/mutations (src/emulator/mutations.ts): a change upstream, as the real instance would make it. */
+  mutate(body: Record<string, unknown>): Promise<any>;
+  /** A new token for each user (`issue_token`), with the user's projects. */
+  issueTokens(userIds: readonly number[]): Promise<TokenInfo[]>;
 }
 
-export async function startEmulator(): Promise<Emulator> {
+/** The emulator (seed 42) on the load core; `medium` unless a scenario needs more users (`large`: 600). */
+export async function startEmulator(scale: 'small' | 'medium' | 'large' = 'medium'): Promise<Emulator> {
   const port = await freePort();
-  const proc = startProcess('emulator', process.execPath, [CLI, 'emulator', '--port', String(port), '--scale', 'medium', '--seed', '42'], { cpu: LOAD_CPU });
+  const proc = startProcess(`emulator (${scale})`, process.execPath, [CLI, 'emulator', '--port', String(port), '--scale', scale, '--seed', '42'], { cpu: LOAD_CPU });
   const url = `http://127.0.0.1:${port}`;
-  await waitForHttp(`${url}/__emulator/tokens`, proc, { timeoutMs: 60_000 });
-  const control = async (method: string, path: string): Promise<any> => {
-    const res = await fetch(`${url}/__emulator${path}`, { method });
-    if (res.status !== 200) throw new Error(`emulator ${method} ${path} → ${res.status}`);
+  await waitForHttp(`${url}/__emulator/tokens`, proc, { timeoutMs: 90_000 });
+  const control = async (method: string, path: string, body?: unknown): Promise<any> => {
+    const init = body === undefined ? { method } : { method, body: JSON.stringify(body), headers: { 'content-type': 'application/json' } };
+    const res = await fetch(`${url}/__emulator${path}`, init);
+    if (res.status !== 200) throw new Error(`emulator ${method} ${path} → ${res.status}: ${await res.text()}`);
     return res.json();
   };
+  const mutate = (body: Record<string, unknown>) => control('POST', '/mutations', body);
   return {
     name: 'emulator',
     url,
@@ -48,7 +57,20 @@ export async function startEmulator(): Promise<Emulator> {
     tokens: (await control('GET', '/tokens')) as TokenInfo[],
     stats: () => control('GET', '/stats'),
     resetStats: async () => void (await control('POST', '/stats/reset')),
+    mutate,
+    issueTokens: async (userIds) => {
+      const out: TokenInfo[] = [];
+      for (const user_id of userIds) out.push((await mutate({ op: 'issue_token', user_id })) as TokenInfo);
+      return out;
+    },
   };
+}
+
+/** A tm-cache config file (JSON is YAML) under `dir`, for `TM_CACHE_CONFIG`. */
+export function writeConfig(dir: string, name: string, config: Record<string, unknown>): string {
+  const file = join(dir, `${name}.yaml`);
+  writeFileSync(file, `${JSON.stringify(config, null, 2)}\n`);
+  return file;
 }
 
 export interface TmCacheOptions {
@@ -61,14 +83,31 @@ export interface TmCacheOptions {
   readonly cli?: string;
 }
 
-/** `node dist/cli.js serve`, log level warn, ready when its management port says so. */
+/**
+ * `node dist/cli.js serve`, ready when its management port says so. Log level warn (no access
+ * log), or `BENCH_TM_LOG_LEVEL` (e.g. info: the default, one access line per request).
+ */
 export async function startTmCache(upstream: string, options: TmCacheOptions = {}): Promise<Server> {
   const [port, management] = [await freePort(), await freePort()];
-  const args = [...(options.nodeArgs ?? []), options.cli ?? CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', 'warn'];
+  const args = [...(options.nodeArgs ?? []), options.cli ?? CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', process.env['BENCH_TM_LOG_LEVEL'] || 'warn'];
   if (options.redisUrl) args.push('--redis', options.redisUrl);
   const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...options.env } });
-  await waitForHttp(`http://127.0.0.1:${management}/readyz`, proc);
-  return { name: options.name ?? 'tm-cache', url: `http://127.0.0.1:${port}`, proc };
+  const managementUrl = `http://127.0.0.1:${management}`;
+  await waitForHttp(`${managementUrl}/readyz`, proc);
+  return { name: options.name ?? 'tm-cache', url: `http://127.0.0.1:${port}`, proc, managementUrl };
+}
+
+/** The sum of a metric's samples (all label sets) on a tm-cache's /metrics; 0 when absent. */
+export async function metricSum(server: Server, name: string, labels = ''): Promise<number> {
+  if (!server.managementUrl) return NaN;
+  const text = await (await fetch(`${server.managementUrl}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name) || (line[name.length] !== ' ' && line[name.length] !== '{')) continue;
+    if (labels && !line.includes(labels)) continue;
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
 }
 
 /** A TS script of test/bench run by node with tsx's loader (the hot path is plain JS either way). */

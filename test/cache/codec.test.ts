@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { gunzipSync } from 'node:zlib';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { decodeEntry, decodeValue, deriveMacKey, encodeEntry, encodeValue, FORMAT_VERSION, openEntry, openValue, storedKeyId, type ValueGuard } from '../../src/cache/codec.js';
 import { assertKeyring, type Keyring } from '../../src/cache/keyring.js';
-import { gzipEtagOf, type CacheEntry } from '../../src/cache/entry.js';
+import { gzipEtagOf, readBody, type CacheEntry } from '../../src/cache/entry.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
 
 const k1 = randomBytes(32);
@@ -42,6 +42,32 @@ describe('codec', () => {
     expect(Object.getOwnPropertyDescriptor(decoded, 'body')).toBeUndefined();
     expect(typeof Object.getOwnPropertyDescriptor(Object.getPrototypeOf(decoded), 'body')?.get).toBe('function');
     expect(decoded.body).toBe(decoded.body); // decoded once, then kept
+  });
+
+  it('decodes the same identity bytes whether the value is MAC-bound, sealed or unprotected', async () => {
+    const entry = makeEntry(now, { body: makeListPageBody(100) });
+    // MAC-bound and sealed values are inflated from their raw deflate stream (the tag vouches for
+    // the bytes); an unprotected one goes through gunzip and its CRC-32.
+    for (const guard of [{ macKey }, { keyring: ring1 }, {}] as ValueGuard[]) {
+      const decoded = (await decodeEntry(await encodeEntry(entry, guard, KEY), guard, KEY))!;
+      expect(decoded.body.equals(entry.body)).toBe(true);
+      expect(decoded.body.length).toBe(entry.body.length);
+    }
+  });
+
+  it('an authentic value whose gzip stream is corrupt, or decodes to another length, is no entry', async () => {
+    const body = makeListPageBody(100);
+    const corrupt = gzipSync(body);
+    corrupt.fill(0xff, 40, 80); // inside the deflate stream; header and trailer (ISIZE) intact
+    const shorter = gzipSync(body.subarray(0, body.length - 10));
+    shorter.writeUInt32LE(body.length, shorter.length - 4); // ISIZE claims the full length
+    for (const gzip of [corrupt, shorter]) {
+      // Written through the codec itself, so the MAC is valid: only decoding can catch it.
+      const entry: CacheEntry = { ...makeEntry(now, { body }), gzip, gzipEtag: '"x-gz"' };
+      const decoded = await dec(await enc(entry));
+      expect(decoded).toBeDefined();
+      expect(readBody(decoded!)).toBeUndefined();
+    }
   });
 
   it('refuses a gzip body whose trailer does not match the announced length', async () => {

@@ -175,7 +175,7 @@ describe('the --config file', () => {
 describe('unknown settings and flags', () => {
   it.each([
     ['cache:\n  memroy:\n    maxBytes: 1\n', 'unknown setting cache.memroy', 'allowed at cache: strict, honorClientNoCache'],
-    ['upstrem:\n  url: https://x\n', 'unknown setting upstrem', 'allowed at top level: upstream, server, identity, access, cache'],
+    ['upstrem:\n  url: https://x\n', 'unknown setting upstrem', 'allowed at top level: upstream, server, identity, access, log, admin, health, cache'],
     ['server:\n  managment_port: 1\n', 'unknown setting server.managment_port', 'managementPort'],
     ['cache:\n  freshness:\n    byResource:\n      runs: { ttlMs: 1 }\n', 'unknown key cache.freshness.byResource.runs', 'resource names: automation_source'],
     ['cache:\n  freshness:\n    byResource:\n      run: { ttl: 1 }\n', 'unknown setting cache.freshness.byResource.run.ttl', 'ttlMs, staleWhileRevalidateMs'],
@@ -231,6 +231,8 @@ describe('environment variables and flags', () => {
     { setting: 'cache.redis.url', env: 'TM_CACHE_REDIS', flag: '--redis', raw: 'rediss://:pw@redis:6380/2', value: 'rediss://:pw@redis:6380/2' },
     { setting: 'identity.ttlMs', env: 'TM_CACHE_IDENTITY_TTL_MS', raw: '5000', value: 5000 },
     { setting: 'identity.hmacSecret', env: 'TM_CACHE_HMAC_SECRET', raw: HMAC, value: HMAC },
+    { setting: 'log.access', env: 'TM_CACHE_LOG_ACCESS', raw: 'errors', value: 'errors' },
+    { setting: 'admin.token', env: 'TM_CACHE_ADMIN_TOKEN', raw: 'an-admin-token-of-24-chars', value: 'an-admin-token-of-24-chars' },
   ];
 
   it.each(cases.filter((c) => c.env !== undefined))('$env sets $setting', ({ setting, env, raw, value }) => {

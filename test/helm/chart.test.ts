@@ -1,5 +1,5 @@
 /**
- * Static checks of the Helm chart. No helm binary is available here, so instead of rendering:
+ * Static checks of the Helm chart (render.test.ts renders it). No helm binary is available here:
  * Chart.yaml and values.yaml parse, every `.Values.x.y` a template reads exists in values.yaml,
  * every template's actions and blocks are balanced, and every `include` names a `define`.
  */
@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { CONFIG_FILE_ENV, CONFIG_OVERRIDES } from '../../src/config/load.js';
 import { keysWithoutComment } from '../helpers/yaml-comments.js';
+import { actionEnd } from './render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CHART = join(ROOT, 'helm/tm-cache');
@@ -30,7 +31,7 @@ interface Action {
   readonly line: number;
 }
 
-/** The actions of a template in order; throws on a `{{` without its `}}` or a stray `}}`. */
+/** The actions of a template in order; throws on a `{{` without its `}}` or a stray `}}` (quoted braces are text). */
 function actionsOf(text: string): Action[] {
   const actions: Action[] = [];
   let at = 0;
@@ -42,11 +43,9 @@ function actionsOf(text: string): Action[] {
       return actions;
     }
     if (strayClose !== -1 && strayClose < open) throw new Error(`"}}" without "{{" at line ${lineAt(text, strayClose)}`);
-    const close = text.indexOf('}}', open + 2);
-    const nextOpen = text.indexOf('{{', open + 2);
-    if (close === -1 || (nextOpen !== -1 && nextOpen < close)) {
-      throw new Error(`"{{" without "}}" at line ${lineAt(text, open)}`);
-    }
+    const close = actionEnd(text, open + 2);
+    const inside = close === -1 ? '' : text.slice(open + 2, close).replace(/"(?:[^"\\]|\\.)*"|`[^`]*`/g, '""');
+    if (close === -1 || inside.includes('{{')) throw new Error(`"{{" without "}}" at line ${lineAt(text, open)}`);
     const body = text.slice(open + 2, close).replace(/^-\s?/, '').replace(/\s?-$/, '').trim();
     actions.push({ body, line: lineAt(text, open) });
     at = close + 2;
@@ -121,16 +120,15 @@ describe('values.yaml', () => {
   it('has a comment for every value', () => {
     expect(keysWithoutComment(valuesText)).toEqual([]);
   });
-
-  it('passes a --config file that holds no setting by default', () => {
-    expect(values['config']).toEqual({});
-  });
 });
 
 describe('templates', () => {
   it('include the expected resources', () => {
     expect(templates.map((t) => t.name)).toEqual(
-      expect.arrayContaining(['NOTES.txt', '_helpers.tpl', 'configmap.yaml', 'deployment.yaml', 'hpa.yaml', 'pdb.yaml', 'secret.yaml', 'service.yaml', 'serviceaccount.yaml']),
+      expect.arrayContaining([
+        'NOTES.txt', '_helpers.tpl', 'configmap.yaml', 'dashboard.yaml', 'deployment.yaml', 'hpa.yaml', 'pdb.yaml', 'prometheusrule.yaml',
+        'secret.yaml', 'service.yaml', 'serviceaccount.yaml', 'servicemonitor.yaml',
+      ]),
     );
   });
 
@@ -153,21 +151,15 @@ describe('templates', () => {
 
   it('set only environment variables that tm-cache reads', () => {
     const known = new Set([CONFIG_FILE_ENV, ...CONFIG_OVERRIDES.flatMap((o) => (o.env === undefined ? [] : [o.env]))]);
-    const used = templates.flatMap((t) => [...t.text.matchAll(/name: (TM_CACHE_[A-Z_]+)/g)].map((m) => m[1]!));
+    const used = templates.flatMap((t) => [...t.text.matchAll(/\b(TM_CACHE_[A-Z_]+)/g)].map((m) => m[1]!));
     expect(used.length).toBeGreaterThan(0);
     expect(used.filter((name) => !known.has(name))).toEqual([]);
   });
 
-  it('probe /healthz for liveness and /readyz for readiness on the management port', () => {
-    const deployment = templates.find((t) => t.name === 'deployment.yaml')!.text;
-    expect(deployment).toMatch(/livenessProbe:\s+httpGet:\s+path: \/healthz\s+port: management/);
-    expect(deployment).toMatch(/readinessProbe:\s+httpGet:\s+path: \/readyz\s+port: management/);
-  });
-
   it('pass the mounted ConfigMap with --config', () => {
-    const deployment = templates.find((t) => t.name === 'deployment.yaml')!.text;
-    expect(deployment).toContain('args: ["serve", "--config", "/etc/tm-cache/config.yaml"]');
-    expect(deployment).toMatch(/- name: config\s+mountPath: \/etc\/tm-cache\b/);
+    const container = templates.find((t) => t.name === '_helpers.tpl')!.text;
+    expect(container).toContain('args: ["serve", "--config", "/etc/tm-cache/config.yaml"]');
+    expect(container).toMatch(/- name: tm-cache-config\s+mountPath: \/etc\/tm-cache\b/);
     expect(templates.find((t) => t.name === 'configmap.yaml')!.text).toContain('config.yaml: |');
   });
 });
@@ -182,8 +174,12 @@ describe('the checks themselves', () => {
     expect(blockProblems(actionsOf(text)).join('\n')).toContain(problem);
   });
 
-  it.each(['{{ .Values.a ', 'a }} b', '{{ .a {{ .b }}'])('refuse unbalanced braces in %j', (text) => {
+  it.each(['{{ .Values.a ', 'a }} b', '{{ .a {{ .b }}', '{{ "}}" '])('refuse unbalanced braces in %j', (text) => {
     expect(() => actionsOf(text)).toThrow(/without/);
+  });
+
+  it('read quoted braces as text', () => {
+    expect(actionsOf('{{ "{{" }} $value {{ "}}" }}').map((a) => a.body)).toEqual(['"{{"', '"}}"']);
   });
 
   it('find a .Values reference that values.yaml lacks', () => {

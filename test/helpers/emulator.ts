@@ -62,8 +62,8 @@ function makeTokens(all: TokenInfo[]): TestTokens {
   };
 }
 
-export async function startTestEmulator(opts: { seed?: number; scale?: Scale } = {}): Promise<TestEmulator> {
-  const server = await startEmulator({ host: '127.0.0.1', port: 0, seed: opts.seed ?? 42, scale: opts.scale ?? 'small' });
+export async function startTestEmulator(opts: { seed?: number; scale?: Scale; port?: number } = {}): Promise<TestEmulator> {
+  const server = await startEmulator({ host: '127.0.0.1', port: opts.port ?? 0, seed: opts.seed ?? 42, scale: opts.scale ?? 'small' });
   const control = `${server.url}/__emulator`;
   const tokens = makeTokens(await call(`${control}/tokens`, 'GET'));
   return {

@@ -13,7 +13,7 @@ describe('the management port', () => {
       [['ok', 'degraded'], 200, 'degraded'],
       [['degraded', 'down'], 503, 'down'],
     ] as const) {
-      const { app } = buildManagement(createMetrics(), statuses.map((s, i) => check(`c${i}`, s)));
+      const { app } = buildManagement(createMetrics({ version: '0.0.0-test', redis: false }), statuses.map((s, i) => check(`c${i}`, s)));
       const res = await app.inject('/readyz');
       expect(res.statusCode).toBe(code);
       expect(res.json().status).toBe(overall);
@@ -22,7 +22,7 @@ describe('the management port', () => {
   });
 
   it('reports draining, not ready, once shutdown has begun, while staying alive', async () => {
-    const { app, startDraining } = buildManagement(createMetrics(), []);
+    const { app, startDraining } = buildManagement(createMetrics({ version: '0.0.0-test', redis: false }), []);
     startDraining();
     expect((await app.inject('/readyz')).json()).toMatchObject({ status: 'draining' });
     expect((await app.inject('/readyz')).statusCode).toBe(503);
@@ -30,16 +30,16 @@ describe('the management port', () => {
     await app.close();
   });
 
-  it('exposes request outcomes as a Prometheus counter labelled by outcome, tier and operation only', async () => {
-    const metrics = createMetrics();
-    for (let i = 0; i < 3; i++) metrics.recordOutcome({ kind: 'hit', tier: 'memory' }, 'listRuns');
-    metrics.recordOutcome({ kind: 'miss', stored: true }, 'getRun');
+  it('exposes request outcomes as a Prometheus counter labelled by outcome, tier, operation and status class only', async () => {
+    const metrics = createMetrics({ version: '0.0.0-test', redis: false });
+    for (let i = 0; i < 3; i++) metrics.request('hit', 'memory', 'listRuns', 200, 0.0001);
+    metrics.request('miss', 'none', 'getRun', 404, 0.002);
     const { app } = buildManagement(metrics, []);
     const text = (await app.inject('/metrics')).body;
-    expect(text).toContain('tm_cache_requests_total{outcome="hit",tier="memory",operation="listRuns"} 3');
-    expect(text).toContain('tm_cache_requests_total{outcome="miss",tier="none",operation="getRun"} 1');
+    expect(text).toContain('tm_cache_requests_total{outcome="hit",tier="memory",operation="listRuns",status_class="2xx"} 3');
+    expect(text).toContain('tm_cache_requests_total{outcome="miss",tier="none",operation="getRun",status_class="4xx"} 1');
     // Scraping twice does not count twice.
-    expect((await app.inject('/metrics')).body).toContain('operation="listRuns"} 3');
+    expect((await app.inject('/metrics')).body).toContain('operation="listRuns",status_class="2xx"} 3');
     await app.close();
   });
 });

@@ -16,6 +16,7 @@ import { startHostileUpstream, type HostileUpstream } from '../helpers/hostile.j
 import { findFreePort } from '../helpers/ports.js';
 import { makeConfig, startTestProxy, type TestProxy } from '../helpers/proxy.js';
 import { sendRaw } from '../helpers/raw-request.js';
+import { until } from '../helpers/wait.js';
 
 const TIMEOUTS = { connectTimeoutMs: 300, headersTimeoutMs: 300, bodyTimeoutMs: 300 };
 
@@ -169,12 +170,14 @@ describe('logging of forwarded requests', () => {
   it.each([
     ['answered', () => proxy.url],
     ['failed', () => refusing.url],
-  ])('is one debug line per %s request: method, path without query, status, upstream ms; never the credential', async (_, url) => {
+  ])('is one access line per %s request: method, path without query, status, upstream ms; never the credential', async (_, url) => {
     lines.length = 0;
     raw.length = 0;
     const res = await patch(url());
+    // Written once the response is done on the server's side, which may be just after the client has it.
+    await until(() => lines.length > 0);
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatchObject({ level: 20, method: 'PATCH', path: '/api/v1/projects/1', status: res.status, upstreamMs: expect.any(Number) });
+    expect(lines[0]).toMatchObject({ level: 30, msg: 'access', outcome: 'passthrough', method: 'PATCH', path: '/api/v1/projects/1', status: res.status, upstreamMs: expect.any(Number) });
     expect(raw.join('')).not.toMatch(/sekrit|notify=1/);
   });
 });

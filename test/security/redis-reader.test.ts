@@ -59,18 +59,27 @@ function gunzipEverywhere(value: Buffer): string[] {
 }
 
 /**
- * One replica's traffic, with a command timeout no loaded CI machine reaches: a timed-out command
- * spends the request's Redis budget (budget.ts), and its writes would then never land.
+ * One replica's traffic, with command and connect timeouts no loaded CI machine reaches: a
+ * timed-out command spends the request's Redis budget (budget.ts), and a replica not connected
+ * within its connect timeout serves from memory alone; either way its writes would never land.
  */
 async function traffic(prefix: string, overrides: DeepPartial<Config>): Promise<{ admin: TokenInfo; member: TokenInfo; email: string }> {
-  const p = await env.replica({ ...overrides, cache: { redis: { url: env.redis.url, keyPrefix: prefix, commandTimeoutMs: 5_000, ...overrides.cache?.redis } } });
+  const p = await env.replica({ ...overrides, cache: { redis: { url: env.redis.url, keyPrefix: prefix, commandTimeoutMs: 5_000, connectTimeoutMs: 10_000, ...overrides.cache?.redis } } });
   const [admin, member] = [env.emulator.tokens.admin(), env.emulator.tokens.member(0)];
   const users = await p.get('/api/v1/users', admin.token);
   expect(users.status).toBe(200);
   expect((await p.get(`/api/v1/projects/${member.project_ids[0]}/runs?expands=users`, member.token)).status).toBe(200);
   // Redis writes never delay a response: wait for the entries (with their project tags) to land.
-  const landed = async (pattern: string, count: number) => (await env.client.keys(`${prefix}${pattern}`)).length >= count;
-  await until(async () => (await landed('{*listRuns*', 1)) && (await landed('{*listUsers*', 1)) && (await landed('json:identity:*', 2)) && (await landed('tag:project:*', 1)));
+  const wanted: Record<string, number> = { '{*listRuns*': 1, '{*listUsers*': 1, 'json:identity:*': 2, 'tag:project:*': 1 };
+  const seen: Record<string, number> = {};
+  const landed = async () => {
+    for (const pattern of Object.keys(wanted)) seen[pattern] = (await env.client.keys(`${prefix}${pattern}`)).length;
+    return Object.entries(wanted).every(([pattern, count]) => seen[pattern]! >= count);
+  };
+  // A bound for a loaded CI machine, not a timing assertion; on failure, say what was missing.
+  await until(landed, 30_000).catch((err: Error) => {
+    throw new Error(`${err.message}: wanted ${JSON.stringify(wanted)} under ${prefix}, saw ${JSON.stringify(seen)}`);
+  });
   const email = (users.json().result as { email: string }[])[0]!.email;
   return { admin, member, email };
 }

@@ -1,0 +1,100 @@
+/**
+ * What a reload (SIGHUP) may change while running, and what needs a restart.
+ *
+ * Reloadable: settings read per request or per new entry, whose change cannot leave anything
+ * half-applied — freshness rules (new entries follow them), the log level and access log, the
+ * admin token, identity and access TTLs, Retry-After defaults, health.requireUpstream. Everything
+ * else (listeners, the upstream pool, Redis, memory bounds, secrets that key stored values) stays
+ * as started until a restart; a reload names those settings in its log line.
+ */
+import type { Logger } from 'pino';
+import type { Config } from './schema.js';
+
+/** Setting paths (or their sections, ending in `.`) that a reload applies. */
+export const RELOADABLE: readonly string[] = [
+  'cache.freshness.',
+  'cache.staleIfErrorMs',
+  'server.logLevel',
+  'log.',
+  'admin.token',
+  'identity.ttlMs',
+  'identity.refusedTtlMs',
+  'access.ttlMs',
+  'access.projectConfirmMs',
+  'upstream.defaultRetryAfterMs',
+  'upstream.maxRetryAfterMs',
+  'health.requireUpstream',
+];
+
+export function isReloadable(path: string): boolean {
+  return RELOADABLE.some((p) => (p.endsWith('.') ? path.startsWith(p) : path === p));
+}
+
+/** The leaf settings whose values differ, as dotted paths (an open map counts as one leaf per key). */
+export function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
+  if (isPlainObject(a) && isPlainObject(b)) {
+    const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
+    return keys.flatMap((k) => changedSettings(a[k], b[k], prefix === '' ? k : `${prefix}.${k}`));
+  }
+  return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
+}
+
+export interface ReloadPlan {
+  /** Changed settings a reload applies now. */
+  readonly applied: string[];
+  /** Changed settings kept as they are until a restart. */
+  readonly needRestart: string[];
+}
+
+export function planReload(current: Config, next: Config): ReloadPlan {
+  const changed = changedSettings(current, next);
+  return { applied: changed.filter(isReloadable), needRestart: changed.filter((p) => !isReloadable(p)) };
+}
+
+/** `current` with every reloadable setting taken from `next` (a new object; both stay as they are). */
+export function applyReloadable(current: Config, next: Config): Config {
+  const out = structuredClone(current) as unknown as Record<string, unknown>;
+  for (const path of planReload(current, next).applied) {
+    const parts = path.split('.');
+    let source: unknown = next;
+    let target = out;
+    for (let i = 0; i < parts.length - 1; i++) {
+      source = (source as Record<string, unknown>)[parts[i]!];
+      target = (target[parts[i]!] ??= {}) as Record<string, unknown>;
+    }
+    const leaf = parts[parts.length - 1]!;
+    const value = (source as Record<string, unknown>)[leaf];
+    if (value === undefined) delete target[leaf];
+    else target[leaf] = structuredClone(value);
+  }
+  return out as unknown as Config;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** What a reload needs of the running proxy. */
+export interface Reconfigurable {
+  readonly config: Config;
+  reconfigure(next: Config): void;
+}
+
+/**
+ * SIGHUP: reads the sources again (`load`: config file, environment, the original flags), applies
+ * what can change at runtime and logs what changed and what needs a restart. A file that does not
+ * load or validate changes nothing: its problems are logged and the running config stays.
+ */
+export function reload(load: () => Config, running: Reconfigurable, logger: Logger): ReloadPlan | undefined {
+  let next: Config;
+  try {
+    next = load();
+  } catch (err) {
+    logger.error({ problems: err instanceof Error ? err.message : String(err) }, 'reload refused: the running configuration is kept');
+    return undefined;
+  }
+  const plan = planReload(running.config, next);
+  running.reconfigure(next);
+  logger.info({ applied: plan.applied, needRestart: plan.needRestart }, plan.applied.length + plan.needRestart.length === 0 ? 'reloaded: nothing changed' : 'reloaded');
+  return plan;
+}

@@ -1,0 +1,170 @@
+/**
+ * Where `tm-cache serve` writes its log lines (pino's destination): a file descriptor (stdout),
+ * written asynchronously from a byte buffer.
+ *
+ * Why not pino's own destination (sonic-boom): the access log writes a line per request, hits
+ * included, and sonic-boom's asynchronous mode costs ~3 µs per line (string bookkeeping, and a
+ * string handed to `fs.write` that node must encode again), and each write is a round trip through
+ * libuv's thread pool (a wake-up, a syscall, a completion) that a busy proxy would pay thousands
+ * of times a second. Here a line is copied into a preallocated Buffer (~0.3 µs), and the buffer is
+ * written once it holds `minBytes` or its oldest line is `maxDelayMs` old: a few hundred writes a
+ * second at most, whatever the request rate; a quiet proxy's lines appear within `maxDelayMs`.
+ *
+ * Two buffers take turns (one being written, one filling). A slow reader (a log collector
+ * that stalls) makes the filling one grow, up to `maxBytes`; past that, lines are dropped and
+ * counted, and a line saying how many is written once writing resumes: the proxy never stalls
+ * on its log. A non-blocking descriptor's EAGAIN is retried after a short pause, a partial write
+ * continues where it stopped, and `flush(cb)` (pino's `logger.flush`) calls back once everything
+ * handed in is written.
+ */
+import { write, writeSync } from 'node:fs';
+
+export interface LogSinkOptions {
+  /** Bytes the filling buffer may grow to while a write is in flight; default 4 MiB. */
+  readonly maxBytes?: number;
+  /** A write starts once this many bytes wait; default 16 KiB. */
+  readonly minBytes?: number;
+  /** ... or once the oldest waiting line is this old (ms); default 50. */
+  readonly maxDelayMs?: number;
+  /** Clock for the "lines dropped" line; default Date.now. */
+  readonly now?: () => number;
+}
+
+const INITIAL_BYTES = 64 * 1024;
+const RETRY_MS = 10;
+
+export class LogSink {
+  readonly #fd: number;
+  readonly #maxBytes: number;
+  readonly #now: () => number;
+  readonly #minBytes: number;
+  readonly #maxDelayMs: number;
+  #timer: NodeJS.Timeout | undefined;
+  #writes = 0;
+  #filling = Buffer.allocUnsafe(INITIAL_BYTES);
+  #spare = Buffer.allocUnsafe(INITIAL_BYTES);
+  #length = 0;
+  #writing = false;
+  #dropped = 0;
+  #waiting: Array<(err?: Error | null) => void> = [];
+
+  constructor(fd: number, options: LogSinkOptions = {}) {
+    this.#fd = fd;
+    this.#maxBytes = Math.max(options.maxBytes ?? 4 * 1024 * 1024, INITIAL_BYTES);
+    this.#now = options.now ?? Date.now;
+    this.#minBytes = Math.min(options.minBytes ?? 16 * 1024, this.#maxBytes);
+    this.#maxDelayMs = options.maxDelayMs ?? 50;
+  }
+
+  /** Writes made to the descriptor so far (each carrying every line waiting then). */
+  get writes(): number {
+    return this.#writes;
+  }
+
+  /** Lines dropped because the reader fell more than `maxBytes` behind (since the last report). */
+  get dropped(): number {
+    return this.#dropped;
+  }
+
+  write(line: string): boolean {
+    // Worst case of UTF-8 from UTF-16: 3 bytes per code unit. Log lines are ASCII in practice.
+    const room = line.length * 3;
+    if (this.#length + room > this.#filling.length && !this.#grow(this.#length + room)) {
+      this.#dropped++;
+      return false;
+    }
+    this.#length += this.#filling.write(line, this.#length);
+    if (this.#writing) return true;
+    if (this.#length >= this.#minBytes) this.#start();
+    else this.#timer ??= setTimeout(this.#startLate, this.#maxDelayMs).unref();
+    return true;
+  }
+
+  readonly #startLate = (): void => {
+    this.#timer = undefined;
+    if (!this.#writing && (this.#length > 0 || this.#dropped > 0)) this.#start();
+  };
+
+  /** Calls back once every line handed in so far is written (or the descriptor failed). */
+  flush(cb?: (err?: Error | null) => void): void {
+    if (!this.#writing && this.#length === 0) {
+      cb?.();
+      return;
+    }
+    if (cb) this.#waiting.push(cb);
+    if (!this.#writing) this.#start();
+  }
+
+  /** For the very end (a crash): whatever is not written yet, written now, blocking. */
+  flushSync(): void {
+    if (this.#length === 0) return;
+    try {
+      writeSync(this.#fd, this.#filling, 0, this.#length);
+    } catch {
+      // Nowhere left to say it.
+    }
+    this.#length = 0;
+  }
+
+  #grow(needed: number): boolean {
+    if (needed > this.#maxBytes) return false;
+    let size = this.#filling.length;
+    while (size < needed) size *= 2;
+    const bigger = Buffer.allocUnsafe(Math.min(size, this.#maxBytes));
+    this.#filling.copy(bigger, 0, 0, this.#length);
+    this.#filling = bigger;
+    return true;
+  }
+
+  /** Swaps the buffers and writes the full one. */
+  #start(): void {
+    if (this.#timer !== undefined) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+    }
+    if (this.#dropped > 0) this.#noteDropped();
+    const out = this.#filling;
+    const length = this.#length;
+    this.#filling = this.#spare;
+    this.#spare = out;
+    this.#length = 0;
+    this.#writing = true;
+    this.#writes++;
+    this.#send(out, 0, length);
+  }
+
+  /** Says how many lines were dropped, once there is room again (else keeps counting). */
+  #noteDropped(): void {
+    const note = `{"level":40,"time":${this.#now()},"msg":"log lines dropped: the log's reader fell behind","dropped":${this.#dropped}}\n`;
+    if (this.#length + note.length > this.#filling.length && !this.#grow(this.#length + note.length)) return;
+    this.#length += this.#filling.write(note, this.#length);
+    this.#dropped = 0;
+  }
+
+  #send(buffer: Buffer, offset: number, length: number): void {
+    write(this.#fd, buffer, offset, length, null, (err, written) => {
+      if (err && (err as NodeJS.ErrnoException).code === 'EAGAIN') {
+        setTimeout(() => this.#send(buffer, offset, length), RETRY_MS);
+        return;
+      }
+      if (!err && written < length) return this.#send(buffer, offset + written, length - written);
+      this.#writing = false;
+      if (err) {
+        // A descriptor that cannot be written (closed stdout): lines go nowhere, the proxy goes on.
+        this.#length = 0;
+        this.#settle(err);
+        return;
+      }
+      // More came meanwhile: written at once if it is a batch or someone waits for it, else soon.
+      if (this.#length >= this.#minBytes || (this.#waiting.length > 0 && this.#length > 0) || this.#dropped > 0) this.#start();
+      else if (this.#length > 0) this.#timer ??= setTimeout(this.#startLate, this.#maxDelayMs).unref();
+      else this.#settle(null);
+    });
+  }
+
+  #settle(err: Error | null): void {
+    const waiting = this.#waiting;
+    this.#waiting = [];
+    for (const cb of waiting) cb(err);
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * The one record of every request, whichever path answered it (a cached answer from the pipeline,
+ * or a forwarded one from the passthrough): the metrics, the figures behind /admin/stats, and the
+ * access log line. Nothing else counts requests, so no path can be left out of them.
+ *
+ * The access log: one pino line per request at info (`log.access`: all, errors, off; non-error
+ * lines sampled by `log.accessSample`), with the request id, method, operation, path (never the
+ * query: it may carry secrets), status, duration, cache outcome and tier, upstream status and time,
+ * user id (never a credential) and body bytes.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import type { CacheOutcome } from '../cache/outcome.js';
+import type { Config } from '../config/schema.js';
+import { AccessLog } from './access-log.js';
+import type { Metrics } from './metrics.js';
+import type { RequestStats } from './stats.js';
+
+/** A forwarded request as the access log names it: the API passed through, or a cacheable one bypassed (unknown parameter). */
+export type ForwardKind = 'passthrough' | 'bypass';
+
+/** What the passthrough learned of a forwarded request's upstream answer (status, ms). */
+export interface UpstreamTiming {
+  readonly status: number;
+  readonly ms: number;
+}
+
+export class Recorder {
+  /** `log.access` and `log.accessSample`: replaced whole on reload. */
+  access: Config['log'];
+  readonly #log: AccessLog;
+
+  constructor(
+    private readonly metrics: Metrics,
+    private readonly stats: RequestStats,
+    logger: Logger,
+    access: Config['log'],
+  ) {
+    this.access = access;
+    this.#log = new AccessLog(logger);
+  }
+
+  /** The caller was known to this process (the common case: no look-up at all). */
+  identityMemoHit(): void {
+    this.metrics.identityLookup('memo');
+  }
+
+  /**
+   * A request the pipeline answered (cached, relayed, or made here). `start`: performance.now()
+   * at its arrival; `sent`/`savedBy304`: body bytes written, and not written thanks to a 304.
+   */
+  cached(req: IncomingMessage, res: ServerResponse, outcome: CacheOutcome, operation: string, userId: number | undefined, start: number, t: number, requestId: string, sent: number, savedBy304: number, upstreamMs: number | undefined): void {
+    const seconds = (performance.now() - start) / 1_000;
+    const kind = outcome.kind;
+    this.metrics.request(kind, outcome.tier ?? 'none', operation, res.statusCode, seconds);
+    this.metrics.bytesSent(sent);
+    if (savedBy304 > 0) this.metrics.notModifiedSaved(savedBy304);
+    this.stats.request(kind, outcome.tier, operation, userId, kind === 'miss' && outcome.upstreamStatus !== undefined, t);
+    if (!this.#logs(kind === 'error' || res.statusCode >= 500)) return;
+    this.#log.write({
+      reqId: requestId,
+      method: req.method!,
+      op: operation,
+      path: pathOf(req.url),
+      status: res.statusCode,
+      ms: round(seconds * 1_000),
+      outcome: kind,
+      tier: outcome.tier,
+      detail: outcome.detail,
+      upstreamStatus: outcome.upstreamStatus,
+      upstreamMs: upstreamMs === undefined ? undefined : round(upstreamMs),
+      user: userId,
+      bytes: sent,
+    }, t);
+  }
+
+  /** A forwarded request, once its response is done (or the client went away). */
+  forwarded(req: IncomingMessage, res: ServerResponse, kind: ForwardKind, operation: string, start: number, t: number, requestId: string, upstream: UpstreamTiming | undefined): void {
+    const seconds = (performance.now() - start) / 1_000;
+    const outcome = kind === 'bypass' ? 'bypass' : 'passthrough';
+    // A client that went away before the answer was done: nginx's 499.
+    const status = res.writableFinished ? res.statusCode : 499;
+    this.metrics.request(outcome, 'none', operation, status, seconds);
+    this.stats.request(outcome, undefined, operation, undefined, false, t);
+    if (!this.#logs(status >= 500)) return;
+    const length = res.getHeader('content-length');
+    this.#log.write({
+      reqId: requestId,
+      method: req.method!,
+      op: operation,
+      path: pathOf(req.url),
+      status,
+      ms: round(seconds * 1_000),
+      outcome,
+      upstreamStatus: upstream?.status,
+      upstreamMs: upstream === undefined ? undefined : round(upstream.ms),
+      bytes: length === undefined ? undefined : Number(length),
+      aborted: !res.writableFinished,
+    }, t);
+  }
+
+  #logs(error: boolean): boolean {
+    const { access, accessSample } = this.access;
+    if (access === 'off' || (access === 'errors' && !error) || !this.#log.enabled) return false;
+    return error || accessSample >= 1 || Math.random() < accessSample;
+  }
+}
+
+const round = (ms: number): number => Math.round(ms * 100) / 100;
+
+/** The path of a request target, without its query: queries may carry secrets, logs never do. */
+export function pathOf(url: string | undefined): string {
+  const u = url ?? '';
+  const end = u.search(/[?#]/);
+  return end === -1 ? u : u.slice(0, end);
+}

@@ -1,0 +1,114 @@
+/**
+ * The figures behind /admin/stats and the status page that Prometheus counters cannot give a
+ * browser: the last 15 minutes in 10-second buckets (requests by outcome, upstream requests), and
+ * which operations and users cost the upstream most. Recording is a few integer increments per
+ * request; users are counted by id (never a credential), in a bounded table.
+ */
+import type { OutcomeKind } from '../cache/outcome.js';
+
+export const OUTCOMES = ['hit', 'stale', 'miss', 'coalesced', 'bypass', 'error', 'passthrough'] as const;
+export type RecordedOutcome = OutcomeKind | 'passthrough';
+
+const BUCKET_MS = 10_000;
+const BUCKETS = 90;
+/** Users counted individually; the rest of a huge fleet is not listed (the top is what matters). */
+const MAX_USERS = 10_000;
+
+type ByOutcome = Record<RecordedOutcome, number>;
+
+interface Bucket {
+  t: number;
+  requests: number;
+  byOutcome: ByOutcome;
+  upstream: number;
+}
+
+interface Cost {
+  requests: number;
+  upstreamRequests: number;
+}
+
+const zeroOutcomes = (): ByOutcome => ({ hit: 0, stale: 0, miss: 0, coalesced: 0, bypass: 0, error: 0, passthrough: 0 });
+
+export class RequestStats {
+  readonly byOutcome = zeroOutcomes();
+  readonly byTier = { memory: 0, redis: 0, none: 0 };
+  total = 0;
+  upstreamRequests = 0;
+  readonly #series: Bucket[] = [];
+  #current: Bucket;
+  readonly #operations = new Map<string, Cost>();
+  readonly #users = new Map<number, Cost>();
+
+  constructor(private readonly now: () => number) {
+    this.#current = this.#open(now());
+  }
+
+  /** One answered request. `upstream`: it made an upstream request of its own (a leading miss). */
+  request(outcome: RecordedOutcome, tier: 'memory' | 'redis' | undefined, operation: string, userId: number | undefined, upstream: boolean, t: number): void {
+    if (t - this.#current.t >= BUCKET_MS) this.#roll(t);
+    const bucket = this.#current;
+    bucket.requests++;
+    bucket.byOutcome[outcome]++;
+    this.total++;
+    this.byOutcome[outcome]++;
+    this.byTier[tier ?? 'none']++;
+    if (outcome === 'passthrough') return;
+    const op = this.#operations.get(operation) ?? this.#add(this.#operations, operation);
+    op.requests++;
+    if (upstream) op.upstreamRequests++;
+    if (userId === undefined) return;
+    const user = this.#users.get(userId) ?? (this.#users.size < MAX_USERS ? this.#add(this.#users, userId) : undefined);
+    if (user === undefined) return;
+    user.requests++;
+    if (upstream) user.upstreamRequests++;
+  }
+
+  /** One upstream request made by the cache path (fills, refreshes, identity and access checks). */
+  upstream(t: number): void {
+    if (t - this.#current.t >= BUCKET_MS) this.#roll(t);
+    this.#current.upstream++;
+    this.upstreamRequests++;
+  }
+
+  /** Oldest first; the last bucket is the current, partial one. */
+  series(): readonly Bucket[] {
+    const t = this.now();
+    if (t - this.#current.t >= BUCKET_MS) this.#roll(t);
+    return [...this.#series, this.#current];
+  }
+
+  topOperations(n = 10): { operation: string; upstreamRequests: number; requests: number }[] {
+    return top(this.#operations, n).map(([operation, c]) => ({ operation, ...c }));
+  }
+
+  topUsers(n = 10): { userId: number; upstreamRequests: number; requests: number }[] {
+    return top(this.#users, n).map(([userId, c]) => ({ userId, ...c }));
+  }
+
+  #open(t: number): Bucket {
+    return { t: t - (t % BUCKET_MS), requests: 0, byOutcome: zeroOutcomes(), upstream: 0 };
+  }
+
+  /** Closes the current bucket (and empty ones for a quiet gap) and opens the one holding `t`. */
+  #roll(t: number): void {
+    let next = this.#current;
+    while (t - next.t >= BUCKET_MS) {
+      this.#series.push(next);
+      next = this.#open(next.t + BUCKET_MS);
+      if (t - next.t >= BUCKET_MS * BUCKETS) next = this.#open(t);
+    }
+    this.#current = next;
+    if (this.#series.length > BUCKETS - 1) this.#series.splice(0, this.#series.length - (BUCKETS - 1));
+  }
+
+  #add<K>(map: Map<K, Cost>, key: K): Cost {
+    const cost = { requests: 0, upstreamRequests: 0 };
+    map.set(key, cost);
+    return cost;
+  }
+}
+
+function top<K>(map: Map<K, Cost>, n: number): [K, Cost][] {
+  return [...map].sort((a, b) => b[1].upstreamRequests - a[1].upstreamRequests || b[1].requests - a[1].requests).slice(0, n);
+}

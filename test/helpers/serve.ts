@@ -1,0 +1,35 @@
+/**
+ * The built command as the container image starts it (`node dist/cli.js serve`), for tests that
+ * need a real process: signals, exit codes, what it writes. `npm test` builds dist/ first.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+
+export const CLI = new URL('../../dist/cli.js', import.meta.url).pathname;
+
+export interface Serving {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly management: string;
+  /** Everything written on stdout and stderr so far. */
+  output(): string;
+}
+
+/** Starts `serve` and resolves once it logs that it is serving, with the URLs it listens on. */
+export async function startServe(env: Record<string, string>, args: readonly string[] = []): Promise<Serving> {
+  const child = spawn(process.execPath, [CLI, 'serve', ...args], { env: { PATH: process.env['PATH'] ?? '', ...env } });
+  let output = '';
+  child.stderr.on('data', (d) => (output += d));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`serve did not start:\n${output}`)), 15_000);
+    child.once('exit', (code) => reject(new Error(`serve exited with ${code}:\n${output}`)));
+    child.stdout.on('data', (d: Buffer) => {
+      output += d;
+      const line = output.split('\n').find((l) => l.includes('tm-cache serving'));
+      if (line) {
+        clearTimeout(timer);
+        const { url, management } = JSON.parse(line) as { url: string; management: string };
+        resolve({ child, url, management, output: () => output });
+      }
+    });
+  });
+}

@@ -1,0 +1,132 @@
+/**
+ * The log destination of `tm-cache serve` (log-sink.ts), on real descriptors: a file, and a
+ * non-blocking FIFO whose reader is slow or stalls (EAGAIN, partial writes, the bound).
+ */
+import { execFileSync } from 'node:child_process';
+import { closeSync, constants, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { LogSink } from '../../src/ops/log-sink.js';
+import { until } from '../helpers/wait.js';
+
+const dirs: string[] = [];
+const fds: number[] = [];
+afterEach(() => {
+  for (const fd of fds.splice(0)) closeSync(fd);
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tm-cache-sink-'));
+  dirs.push(dir);
+  return dir;
+}
+
+const line = (i: number): string => `{"level":30,"n":${i},"msg":"access","pad":"${'x'.repeat(200)}"}\n`;
+const flushed = (sink: LogSink) => new Promise<void>((resolve, reject) => sink.flush((err) => (err ? reject(err) : resolve())));
+
+/** A FIFO with both ends open non-blocking: the test reads when it chooses. */
+function fifo(): { read: number; write: number } {
+  const path = join(tempDir(), 'fifo');
+  execFileSync('mkfifo', [path]);
+  const read = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  const write = openSync(path, constants.O_WRONLY | constants.O_NONBLOCK);
+  fds.push(read, write);
+  return { read, write };
+}
+
+/** Everything the FIFO holds now. */
+function drain(fd: number): string {
+  const chunk = Buffer.allocUnsafe(256 * 1024);
+  let out = '';
+  for (;;) {
+    try {
+      const n = readSync(fd, chunk, 0, chunk.length, null);
+      if (n === 0) return out;
+      out += chunk.toString('utf8', 0, n);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EAGAIN') return out;
+      throw err;
+    }
+  }
+}
+
+describe('LogSink', () => {
+  it('writes every line, in order, to a file; flush calls back once they are all out', async () => {
+    const path = join(tempDir(), 'log');
+    const fd = openSync(path, 'w');
+    fds.push(fd);
+    // Bound above the 12 MB written at once here: this test is about order and completeness.
+    const sink = new LogSink(fd, { maxBytes: 64 * 1024 * 1024 });
+    for (let i = 0; i < 50_000; i++) expect(sink.write(line(i))).toBe(true);
+    await flushed(sink);
+    const lines = readFileSync(path, 'utf8').split('\n').filter(Boolean);
+    expect(lines).toHaveLength(50_000);
+    expect(lines.every((l, i) => JSON.parse(l).n === i)).toBe(true);
+    // In batches of at least 16 KiB (~70 lines), not a write per line.
+    expect(sink.writes).toBeLessThanOrEqual(Math.ceil((50_000 * line(0).length) / (16 * 1024)) + 1);
+  });
+
+  it('writes a lone line by itself within maxDelayMs, without being asked to flush', async () => {
+    const path = join(tempDir(), 'log');
+    const fd = openSync(path, 'w');
+    fds.push(fd);
+    const sink = new LogSink(fd, { maxDelayMs: 20 });
+    sink.write(line(7));
+    expect(readFileSync(path, 'utf8')).toBe('');
+    await until(() => readFileSync(path, 'utf8') === line(7), 2_000);
+    expect(sink.writes).toBe(1);
+  });
+
+  it('retries when a non-blocking pipe is full and continues partial writes: a slow reader gets every line in order', async () => {
+    const { read, write } = fifo();
+    const sink = new LogSink(write, { maxBytes: 64 * 1024 * 1024 });
+    const count = 20_000; // ~4.6 MB through a 64 KiB pipe, written at once
+    for (let i = 0; i < count; i++) sink.write(line(i));
+    let received = '';
+    const done = flushed(sink);
+    await until(() => {
+      received += drain(read);
+      return received.split('\n').length - 1 === count;
+    }, 30_000);
+    await done;
+    const lines = received.split('\n').filter(Boolean);
+    expect(lines.map((l) => JSON.parse(l).n)).toEqual([...Array(count).keys()]);
+  });
+
+  it('never holds more than maxBytes for a stalled reader: the rest is dropped, counted, and said once writing resumes', async () => {
+    const { read, write } = fifo();
+    const sink = new LogSink(write, { maxBytes: 64 * 1024, now: () => 42 });
+    let accepted = 0;
+    let refused = 0;
+    for (let i = 0; i < 5_000; i++) (sink.write(line(i)) ? accepted++ : refused++);
+    expect(refused).toBeGreaterThan(3_000);
+    expect(sink.dropped).toBe(refused);
+    let received = '';
+    await until(() => {
+      received += drain(read);
+      return received.includes('log lines dropped');
+    }, 30_000);
+    await flushed(sink);
+    received += drain(read);
+    const lines = received.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    const kept = lines.filter((l) => l.msg === 'access');
+    expect(kept).toHaveLength(accepted);
+    // What was kept is in order; the note says exactly how many were not.
+    expect(kept.map((l) => l.n)).toEqual([...kept.map((l) => l.n)].sort((a, b) => a - b));
+    expect(lines.find((l) => l.msg.startsWith('log lines dropped'))).toEqual({ level: 40, time: 42, msg: "log lines dropped: the log's reader fell behind", dropped: refused });
+  });
+
+  it('a descriptor that cannot be written fails the flush, never the caller', async () => {
+    const path = join(tempDir(), 'ro');
+    execFileSync('touch', [path]);
+    const fd = openSync(path, 'r');
+    fds.push(fd);
+    const sink = new LogSink(fd);
+    expect(() => sink.write(line(1))).not.toThrow();
+    await expect(flushed(sink)).rejects.toThrow(/EBADF/);
+    // It goes on taking lines.
+    expect(sink.write(line(2))).toBe(true);
+  });
+});

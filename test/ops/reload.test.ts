@@ -1,0 +1,97 @@
+/**
+ * SIGHUP reloads `tm-cache serve` in place (the real process): the config file and environment
+ * are read again, what can change at runtime is applied and logged, what needs a restart is
+ * named; a bad file changes nothing and never stops the process.
+ */
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
+import { httpGet } from '../helpers/proxy.js';
+import { startServe, type Serving } from '../helpers/serve.js';
+import { until } from '../helpers/wait.js';
+
+const FIRST = 'first-admin-token-0123456789';
+const SECOND = 'second-admin-token-9876543210';
+let emulator: TestEmulator;
+let dir: string;
+let file: string;
+let serve: Serving;
+
+const statsWith = async (token: string): Promise<number> => {
+  const res = await request(`${serve.management}/admin/stats`, { headers: { authorization: `Bearer ${token}` } });
+  await res.body.dump();
+  return res.statusCode;
+};
+const logLines = (msg: string) => serve.output().split('\n').filter((l) => l.includes(`"msg":"${msg}"`)).map((l) => JSON.parse(l));
+
+beforeAll(async () => {
+  emulator = await startTestEmulator();
+  dir = mkdtempSync(join(tmpdir(), 'tm-cache-reload-'));
+  file = join(dir, 'config.yaml');
+  writeFileSync(file, `admin:\n  token: ${FIRST}\n`);
+  serve = await startServe({ TM_CACHE_UPSTREAM: emulator.url, TM_CACHE_PORT: '0', TM_CACHE_MANAGEMENT_PORT: '0', TM_CACHE_CONFIG: file });
+});
+afterAll(async () => {
+  if (serve && serve.child.exitCode === null) {
+    serve.child.kill('SIGTERM');
+    await once(serve.child, 'exit');
+  }
+  await emulator?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('SIGHUP', () => {
+  it('applies the admin token, freshness rules and access log at once, and names what needs a restart', async () => {
+    expect(await statsWith(FIRST)).toBe(200);
+    writeFileSync(file, [
+      'admin:', `  token: ${SECOND}`,
+      'cache:', '  freshness:', '    default: { ttlMs: 2000, staleWhileRevalidateMs: 0 }',
+      'log:', '  access: errors',
+      'server:', '  shutdownGraceMs: 500',
+      '',
+    ].join('\n'));
+    serve.child.kill('SIGHUP');
+    await until(() => logLines('reloaded').length === 1);
+    const [reloaded] = logLines('reloaded');
+    expect(reloaded.applied).toEqual(expect.arrayContaining(['admin.token', 'cache.freshness.default.ttlMs', 'cache.freshness.default.staleWhileRevalidateMs', 'log.access']));
+    expect(reloaded.needRestart).toEqual(['server.shutdownGraceMs']);
+    // The token's value never reaches the log.
+    expect(serve.output()).not.toContain(SECOND);
+    expect(serve.output()).not.toContain(FIRST);
+    expect(serve.child.exitCode).toBeNull();
+
+    expect(await statsWith(FIRST)).toBe(401);
+    expect(await statsWith(SECOND)).toBe(200);
+    // New entries follow the new rule: fresh for 2 s (Cache-Status ttl in seconds).
+    const m = emulator.tokens.member(0);
+    const path = `${serve.url}/api/v1/projects/${m.project_ids[0]}/milestones`;
+    await httpGet(path, m.token);
+    expect((await httpGet(path, m.token)).headers['cache-status']).toMatch(/hit; ttl=[12];/);
+    // log.access=errors: successful requests leave no access line.
+    expect(logLines('access')).toEqual([]);
+  });
+
+  it('keeps the running configuration when the file is invalid or unreadable, and says why', async () => {
+    for (const [content, named] of [
+      ['cache:\n  memory: { maxBytes: -1 }\n', 'cache.memory.maxBytes'],
+      ['admin: [unclosed\n', 'config file'],
+      ['admin:\n  token: short\n', 'admin.token'],
+    ] as const) {
+      const before = logLines('reload refused: the running configuration is kept').length;
+      writeFileSync(file, content);
+      serve.child.kill('SIGHUP');
+      await until(() => logLines('reload refused: the running configuration is kept').length === before + 1);
+      expect(logLines('reload refused: the running configuration is kept').at(-1).problems).toContain(named);
+      expect(serve.child.exitCode).toBeNull();
+      expect(await statsWith(SECOND)).toBe(200);
+    }
+    rmSync(file);
+    serve.child.kill('SIGHUP');
+    await until(() => logLines('reload refused: the running configuration is kept').length === 4);
+    expect(await statsWith(SECOND)).toBe(200);
+  });
+});
