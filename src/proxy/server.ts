@@ -76,6 +76,12 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills (item 6).
   const identityUpstream = observeUpstream(client.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue }), health, observe);
   const recorder = new Recorder(metrics, stats, logger, config.log);
+  // A replica starts with its shared tier when Redis is there: before listening, it waits at most
+  // connectTimeoutMs for the connection (and the bus's subscription), whatever the secret's source.
+  // Otherwise its first requests would each miss Redis and ask upstream for what others hold.
+  if (redis && !(await redis.connection.ready(config.cache.redis.connectTimeoutMs))) {
+    logger.warn({ connectTimeoutMs: config.cache.redis.connectTimeoutMs }, 'Redis is not connected yet: serving from memory and upstream until it is');
+  }
   const hmacSecret = await resolveHmacSecret(config, redis, logger);
   // Before any request: every value read from Redis is checked against its key from now on.
   redis?.bind(hmacSecret);
@@ -209,7 +215,6 @@ function parseHostPort(text: string): HostPort {
 async function resolveHmacSecret(config: Config, redis: RedisRoles | undefined, logger: Logger): Promise<Buffer> {
   if (config.identity.hmacSecret !== '') return decodeSecret(config.identity.hmacSecret)!;
   if (redis) {
-    await redis.connection.ready(config.cache.redis.connectTimeoutMs);
     const shared = await redis.secrets.getOrCreateSecret('hmac');
     if (shared) return shared;
     logger.warn('could not read the shared HMAC secret from Redis: using a per-process one (identities are not shared until restart)');

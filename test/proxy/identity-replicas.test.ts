@@ -4,9 +4,11 @@
  * others wait for the identity the first one shares. A refused token stays refused everywhere;
  * a lock left by a replica that died delays the others by at most `cache.redis.lockWaitMs`.
  */
+import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { hmacCredential } from '../../src/cache/key.js';
 import { normalizeAuthorization } from '../../src/proxy/identity-memo.js';
+import { findFreePort } from '../helpers/ports.js';
 import { replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 
 const env = replicasOverEmulatorAndRedis();
@@ -54,5 +56,32 @@ describe('a new token seen by several replicas at once', () => {
     // It waited (the lock was seen), and not for the lock's 60 s: a bound, not a timing assertion.
     expect(performance.now() - started).toBeGreaterThanOrEqual(250);
     expect(performance.now() - started).toBeLessThan(30_000);
+  });
+});
+
+describe('a replica starting with Redis configured', () => {
+  async function redisCheck(managementUrl: string): Promise<{ status: string; detail?: string }> {
+    const res = await request(`${managementUrl}/readyz`);
+    return ((await res.body.json()) as { checks: { redis: { status: string; detail?: string } } }).checks.redis;
+  }
+
+  // With a configured secret nothing else at start needs Redis: before, such a replica listened
+  // while still connecting, and its first requests each missed Redis (3 GET /user, not 1, above).
+  it('listens only once connected, so its first request already shares the tier', async () => {
+    const replicas = await threeReplicas('start:');
+    const checks = await Promise.all(replicas.map((p) => redisCheck(p.managementUrl)));
+    expect(checks).toEqual([{ status: 'ok' }, { status: 'ok' }, { status: 'ok' }]);
+  });
+
+  it('waits at most connectTimeoutMs for a Redis that is not there, then serves from memory and upstream', async () => {
+    const port = await findFreePort();
+    const started = performance.now();
+    const p = await env.replica({ identity: { hmacSecret: HMAC_SECRET }, cache: { redis: { url: `redis://127.0.0.1:${port}`, connectTimeoutMs: 300 } } });
+    const tookMs = performance.now() - started;
+    expect(tookMs).toBeGreaterThanOrEqual(250);
+    expect(tookMs).toBeLessThan(30_000);
+    expect((await redisCheck(p.managementUrl)).status).toBe('degraded');
+    const m = env.emulator.tokens.member(2);
+    expect((await p.get(`/api/v1/projects/${m.project_ids[0]}/runs`, m.token)).status).toBe(200);
   });
 });
