@@ -44,7 +44,11 @@ beforeAll(async () => {
   const path = `/api/v1/projects/${project}/milestones`;
   await proxy.get(path, m.token); // miss (and identity from upstream)
   await proxy.get(path, m.token); // memory hit (identity from the memo)
-  await Promise.all([1, 2, 3].map(() => proxy.get(`/api/v1/projects/${project}/runs?per_page=15`, m.token))); // one miss, two coalesced
+  // One miss, two coalesced: the upstream's 500 ms keep the fill running while the other two
+  // arrive, however loaded the machine (without it a late third request was a hit).
+  await emulator.faults({ latency_ms: 500 });
+  await Promise.all([1, 2, 3].map(() => proxy.get(`/api/v1/projects/${project}/runs?per_page=15`, m.token)));
+  await emulator.clearFaults();
   await proxy.get(`/api/v1/projects/${project}/runs?colour=blue`, m.token); // unknown parameter: bypass
   await proxy.get(`/api/v1/projects/${project}/runs?per_page=7`, m.token); // invalid: local 422
   await proxy.get('/api/v1/users', noAccess.token); // admin-only for a non-admin: relayed 403
