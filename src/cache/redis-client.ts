@@ -32,6 +32,14 @@ export interface RedisConnectionOptions {
   name?: string;
   commandTimeoutMs?: number;
   connectTimeoutMs?: number;
+  /** AUTH for the Redis servers (every mode; in standalone mode the URL may carry them instead). */
+  username?: string;
+  password?: string;
+  /** TLS to every server (and to the sentinels), verified against Node's CAs (NODE_EXTRA_CA_CERTS adds a private one). */
+  tls?: boolean;
+  /** AUTH for the sentinels themselves. */
+  sentinelUsername?: string;
+  sentinelPassword?: string;
 }
 
 const MAX_RECONNECT_DELAY_MS = 2_000;
@@ -53,6 +61,16 @@ export function connectionOptions(options: RedisConnectionOptions, role: Connect
     autoResubscribe: true,
     lazyConnect: false,
     connectionName: `tm-cache:${role}`,
+    ...credentialOptions(options),
+  };
+}
+
+/** Only what is set: an empty field must not override what a standalone URL carries. */
+function credentialOptions(options: RedisConnectionOptions): RedisOptions {
+  return {
+    ...(options.username ? { username: options.username } : {}),
+    ...(options.password ? { password: options.password } : {}),
+    ...(options.tls ? { tls: {} } : {}),
   };
 }
 
@@ -73,7 +91,16 @@ export function createRedisClient(options: RedisConnectionOptions, role: Connect
     case 'cluster':
       return new Cluster(options.nodes!, clusterOptions(redisOptions));
     case 'sentinel':
-      return new Redis({ ...redisOptions, sentinels: options.sentinels!, name: options.name!, sentinelRetryStrategy: reconnectDelayMs });
+      return new Redis({
+        ...redisOptions,
+        sentinels: options.sentinels!,
+        name: options.name!,
+        sentinelRetryStrategy: reconnectDelayMs,
+        ...(options.sentinelUsername ? { sentinelUsername: options.sentinelUsername } : {}),
+        ...(options.sentinelPassword ? { sentinelPassword: options.sentinelPassword } : {}),
+        // TLS to the master and replicas the sentinels name, and to the sentinels themselves.
+        ...(options.tls ? { enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
+      });
     case 'standalone':
       return new Redis(options.url!, redisOptions);
   }

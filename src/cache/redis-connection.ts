@@ -165,7 +165,11 @@ export class RedisConnection {
 
   /** Why Redis is not used now (disconnected, or the breaker open); undefined when it is. */
   degradedReason(): string | undefined {
-    if (!this.healthy()) return `redis ${this.#client.status}: serving from memory`;
+    if (!this.healthy()) {
+      // Why it is not connected (a refused password, an unverified certificate), when known.
+      const { lastError } = this.failures.counts();
+      return `redis ${this.#client.status}: serving from memory${lastError ? ` (last error: ${lastError.message})` : ''}`;
+    }
     const open = this.#breaker.openReason();
     return open === undefined ? undefined : `redis ${open}: serving from memory`;
   }
@@ -360,7 +364,7 @@ function watchConnection(client: RedisClient, kind: string, failures: FailureLog
   let down = false;
   client.on('error', (error: unknown) => {
     down = true;
-    failures.record(kind, error);
+    failures.record(kind, withCause(error));
   });
   // A killed server closes the socket without any 'error' until the first reconnect fails.
   client.on('close', () => {
@@ -373,4 +377,13 @@ function watchConnection(client: RedisClient, kind: string, failures: FailureLog
     up = true;
     down = false;
   });
+}
+
+/**
+ * A Cluster that cannot reach any node says only "Failed to refresh slots cache."; the reason an
+ * operator needs (WRONGPASS, a refused certificate, ECONNREFUSED) is the last node's error.
+ */
+function withCause(error: unknown): unknown {
+  const cause = (error as { lastNodeError?: unknown } | null)?.lastNodeError;
+  return error instanceof Error && cause instanceof Error ? new Error(`${error.message} (last node: ${cause.message})`) : error;
 }

@@ -7,7 +7,7 @@ import type { Config } from './schema.js';
 import { describeProblem, originOf, type Origin } from './validate.js';
 
 export function relationProblems(config: Config, origin: Origin): string[] {
-  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin)];
+  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin)];
 }
 
 function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
@@ -57,6 +57,31 @@ function redisModeProblems({ cache: { redis } }: Config, origin: Origin): string
   }
   if (redis.mode === 'sentinel' && redis.sentinelName === '') {
     problems.push(describeProblem('cache.redis.sentinelName', redis.sentinelName, `the name of the master the sentinels watch ${when}`, origin));
+  }
+  return problems;
+}
+
+/**
+ * Credentials and TLS are said once: in standalone mode by the URL or by the settings, not both
+ * (which would win is no one's guess to make); in cluster and sentinel mode the URL is not used,
+ * so a URL carrying them would be dropped silently: the settings say them there.
+ */
+function redisCredentialProblems({ cache: { redis } }: Config, origin: Origin): string[] {
+  if (redis.url === '') return [];
+  const url = new URL(redis.url);
+  const problems: string[] = [];
+  // Messages show the URL with its credentials hidden.
+  const shown = (allowed: string): string => describeProblem('cache.redis.url', redis.url, allowed, origin);
+  if (redis.mode === 'standalone') {
+    if (url.password !== '' && redis.password !== '') problems.push(shown('a URL without a password, since cache.redis.password gives one (say it once)'));
+    if (url.username !== '' && redis.username !== '') problems.push(shown('a URL without a user name, since cache.redis.username gives one (say it once)'));
+    return problems;
+  }
+  if (url.username !== '' || url.password !== '') {
+    problems.push(shown(`a URL without credentials when cache.redis.mode is ${redis.mode} (the URL is not used there): set cache.redis.username and cache.redis.password (TM_CACHE_REDIS_PASSWORD)`));
+  }
+  if (url.protocol === 'rediss:') {
+    problems.push(shown(`a redis:// URL or none when cache.redis.mode is ${redis.mode} (the URL is not used there): set cache.redis.tls to true for TLS`));
   }
   return problems;
 }

@@ -134,6 +134,12 @@ export const ConfigSchema = section({
       nodes: hostPortList,
       sentinels: hostPortList,
       sentinelName: text('a string (empty only outside sentinel mode)', 'mymaster'),
+      // Credentials and TLS for every mode; in standalone mode the URL may carry them instead.
+      username: text('empty (the default user), or an ACL user name without whitespace', '', { pattern: '^\\S*$', env: 'TM_CACHE_REDIS_USERNAME' }),
+      password: text('empty (no AUTH), or the password of the Redis servers', '', { secret: true, env: 'TM_CACHE_REDIS_PASSWORD' }),
+      tls: boolean(false),
+      sentinelUsername: text('empty (the default user), or the sentinels\' ACL user name without whitespace', '', { pattern: '^\\S*$' }),
+      sentinelPassword: text('empty (no AUTH), or the password of the sentinels', '', { secret: true, env: 'TM_CACHE_REDIS_SENTINEL_PASSWORD' }),
       keyPrefix: text('a string without whitespace', DEFAULT_KEY_PREFIX, { pattern: '^\\S*$' }),
       commandTimeoutMs: durationMs(1, DEFAULT_COMMAND_TIMEOUT_MS),
       connectTimeoutMs: durationMs(1, DEFAULT_CONNECT_TIMEOUT_MS),

@@ -233,6 +233,9 @@ describe('environment variables and flags', () => {
     { setting: 'identity.hmacSecret', env: 'TM_CACHE_HMAC_SECRET', raw: HMAC, value: HMAC },
     { setting: 'log.access', env: 'TM_CACHE_LOG_ACCESS', raw: 'errors', value: 'errors' },
     { setting: 'admin.token', env: 'TM_CACHE_ADMIN_TOKEN', raw: 'an-admin-token-of-24-chars', value: 'an-admin-token-of-24-chars' },
+    { setting: 'cache.redis.username', env: 'TM_CACHE_REDIS_USERNAME', raw: 'tm-cache', value: 'tm-cache' },
+    { setting: 'cache.redis.password', env: 'TM_CACHE_REDIS_PASSWORD', raw: 's3cret pass', value: 's3cret pass' },
+    { setting: 'cache.redis.sentinelPassword', env: 'TM_CACHE_REDIS_SENTINEL_PASSWORD', raw: 'sentinel-pw', value: 'sentinel-pw' },
   ];
 
   it.each(cases.filter((c) => c.env !== undefined))('$env sets $setting', ({ setting, env, raw, value }) => {
@@ -437,6 +440,27 @@ describe('redis modes', () => {
   it('reports a missing list and a missing master name together', () => {
     const error = configError(() => load({ file: 'cache:\n  redis:\n    mode: sentinel\n    sentinelName: ""\n' }));
     expect(error.problems.map((p) => p.split(/[ :]/)[0])).toEqual(['cache.redis.sentinels', 'cache.redis.sentinelName']);
+  });
+
+  it.each([
+    ['a password in the URL and in cache.redis.password', ['mode: standalone'], { TM_CACHE_REDIS: 'redis://:url-pw@r:6379', TM_CACHE_REDIS_PASSWORD: 'env-pw' }, 'a URL without a password, since cache.redis.password gives one'],
+    ['a user in the URL and in cache.redis.username', ['mode: standalone'], { TM_CACHE_REDIS: 'redis://me:pw@r:6379', TM_CACHE_REDIS_USERNAME: 'you' }, 'a URL without a user name, since cache.redis.username gives one'],
+    ['credentials in the URL in cluster mode', ['mode: cluster', 'nodes: ["n:7000"]'], { TM_CACHE_REDIS: 'redis://:url-pw@r:6379' }, 'a URL without credentials when cache.redis.mode is cluster (the URL is not used there): set cache.redis.username and cache.redis.password'],
+    ['rediss:// in sentinel mode', ['mode: sentinel', 'sentinels: ["s:26379"]'], { TM_CACHE_REDIS: 'rediss://r:6379' }, 'a redis:// URL or none when cache.redis.mode is sentinel (the URL is not used there): set cache.redis.tls to true'],
+  ] as const)('%s is refused, naming the URL without showing its secret', (_, lines, env, allowed) => {
+    const error = configError(() => load({ file: `cache:\n  redis:\n${lines.map((l) => `    ${l}\n`).join('')}`, env }));
+    expect(error.problems).toHaveLength(1);
+    expect(error.problems[0]).toMatch(/^cache\.redis\.url \(from TM_CACHE_REDIS\): received /);
+    expect(error.problems[0]).toContain(allowed);
+    expect(error.message).not.toMatch(/url-pw|env-pw/);
+  });
+
+  it.each([
+    ['a password by setting with a URL without one', 'mode: standalone', { TM_CACHE_REDIS: 'rediss://r:6379', TM_CACHE_REDIS_USERNAME: 'tm', TM_CACHE_REDIS_PASSWORD: 'pw' }],
+    ['cluster with credentials and TLS by setting, and a bare URL', 'mode: cluster\n    nodes: ["n:7000"]\n    tls: true', { TM_CACHE_REDIS: 'redis://r:6379', TM_CACHE_REDIS_PASSWORD: 'pw' }],
+    ['sentinel with both passwords', 'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelUsername: sentinel-user', { TM_CACHE_REDIS_PASSWORD: 'pw', TM_CACHE_REDIS_SENTINEL_PASSWORD: 'spw' }],
+  ])('%s is accepted', (_, redis, env) => {
+    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, env })).not.toThrow();
   });
 
   it.each([

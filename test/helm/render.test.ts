@@ -240,8 +240,27 @@ describe('secrets', () => {
       ['tm-cache-secrets', 'admin-token', true],
       ['tm-cache-secrets', 'hmac-secret', true],
       ['tm-cache-secrets', 'redis-encryption-keys', true],
+      ['tm-cache-secrets', 'redis-password', true],
+      ['tm-cache-secrets', 'redis-sentinel-password', true],
       ['tm-cache-secrets', 'redis-url', true],
     ]);
+  });
+
+  it('give Sentinel (or a Cluster) its passwords: the servers\' and the sentinels\', by environment, and the config loads with them', () => {
+    const r = renderChart(CHART, [example('sentinel-values.yaml')]);
+    const values = r.values as any;
+    expect(envOf(r, containerOf(r))).toMatchObject({
+      TM_CACHE_REDIS_PASSWORD: values.secret.redisPassword,
+      TM_CACHE_REDIS_SENTINEL_PASSWORD: values.secret.redisSentinelPassword,
+    });
+    const redis = loadRendered(r).cache.redis;
+    expect(redis).toMatchObject({ mode: 'sentinel', tls: true, password: values.secret.redisPassword, sentinelPassword: values.secret.redisSentinelPassword });
+    for (const o of r.objects.filter((x) => x['kind'] === 'ConfigMap')) expect(JSON.stringify(o)).not.toContain(values.secret.redisPassword);
+  });
+
+  it('refuse a password given twice, in redis.url and in secret.redisPassword, when the config loads', () => {
+    const r = renderChart(CHART, [example('all-features-values.yaml'), { secret: { redisPassword: 'another-fake-password' } }]);
+    expect(() => loadRendered(r)).toThrow(/cache\.redis\.url .*a URL without a password, since cache\.redis\.password gives one/);
   });
 });
 

@@ -51,13 +51,20 @@ function ping(port: number): Promise<boolean> {
     socket.setTimeout(500, () => done(false));
     socket.once('error', () => done(false));
     socket.once('connect', () => socket.write('PING\r\n'));
-    socket.once('data', (data) => done(data.toString().startsWith('+PONG')));
+    // A server that wants AUTH answers -NOAUTH: it is up all the same.
+    socket.once('data', (data) => done(/^(\+PONG|-NOAUTH)/.test(data.toString())));
   });
 }
 
-function spawnServer(port: number): ChildProcess {
-  const args = ['--port', String(port), '--save', '', '--appendonly', 'no', '--bind', '127.0.0.1', '--loglevel', 'warning'];
-  const child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * One redis-server on `port` (plain TCP, which readiness pings), with `extra` arguments: a
+ * config file first for a sentinel (`[file, '--sentinel']`), cluster or TLS settings after.
+ */
+export function spawnServer(port: number, extra: readonly string[] = [], cwd?: string): ChildProcess {
+  const first = extra[0]?.endsWith('.conf') ? [extra[0]] : [];
+  const rest = first.length === 1 ? extra.slice(1) : extra;
+  const args = [...first, '--port', String(port), '--save', '', '--appendonly', 'no', '--bind', '127.0.0.1', '--loglevel', 'warning', ...rest];
+  const child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'], ...(cwd ? { cwd } : {}) });
   // Keep the tail of its log (redis-server logs to stdout) for the error if it fails to start.
   const log: string[] = [];
   const keep = (chunk: Buffer): void => {
@@ -72,7 +79,7 @@ function spawnServer(port: number): ChildProcess {
   return child;
 }
 
-async function waitUntilReady(child: ChildProcess, port: number): Promise<void> {
+export async function waitUntilReady(child: ChildProcess, port: number): Promise<void> {
   const deadline = Date.now() + READY_TIMEOUT_MS;
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) {
@@ -86,7 +93,7 @@ async function waitUntilReady(child: ChildProcess, port: number): Promise<void> 
   throw new Error(`redis-server on port ${port} did not answer PING within ${READY_TIMEOUT_MS} ms`);
 }
 
-async function terminate(child: ChildProcess | undefined, signal: NodeJS.Signals): Promise<void> {
+export async function terminate(child: ChildProcess | undefined, signal: NodeJS.Signals): Promise<void> {
   if (!child || child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   child.kill(signal);

@@ -59,7 +59,8 @@ Name of the ServiceAccount the pods run as.
 {{- end }}
 
 {{/*
-Name of the Secret holding hmac-secret, redis-url, redis-encryption-keys and admin-token.
+Name of the Secret holding hmac-secret, redis-url, redis-encryption-keys, admin-token, redis-password and
+redis-sentinel-password.
 */}}
 {{- define "tm-cache.secretName" -}}
 {{- default (include "tm-cache.fullname" .) .Values.secret.existingSecret }}
@@ -115,7 +116,7 @@ a pod (mode sidecar, where the proxy listens on loopback only). One definition, 
       value: {{ . | quote }}
     {{- end }}
     # Secrets; each key is optional, so an existing Secret need only hold the ones it uses.
-    {{- range $key, $env := dict "redis-url" "TM_CACHE_REDIS" "hmac-secret" "TM_CACHE_HMAC_SECRET" "redis-encryption-keys" "TM_CACHE_REDIS_ENCRYPTION_KEYS" "admin-token" "TM_CACHE_ADMIN_TOKEN" }}
+    {{- range $key, $env := dict "redis-url" "TM_CACHE_REDIS" "hmac-secret" "TM_CACHE_HMAC_SECRET" "redis-encryption-keys" "TM_CACHE_REDIS_ENCRYPTION_KEYS" "admin-token" "TM_CACHE_ADMIN_TOKEN" "redis-password" "TM_CACHE_REDIS_PASSWORD" "redis-sentinel-password" "TM_CACHE_REDIS_SENTINEL_PASSWORD" }}
     - name: {{ $env }}
       valueFrom:
         secretKeyRef:

@@ -1,0 +1,204 @@
+/**
+ * The real thing for every Redis mode tm-cache offers, on free loopback ports, never the
+ * machine's shared Redis: a six-node Redis Cluster (three masters, one replica each) and a
+ * Sentinel set (a master, a replica, three sentinels), both with AUTH when given a password,
+ * and the means to fail them over. Each lives in its own temporary directory (cluster state
+ * files, sentinel configs, which sentinels rewrite); every process is killed when the test
+ * process exits (redis.ts), and `stop()` removes the directory.
+ */
+import { execFile, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { findFreePort, spawnServer, terminate, waitUntilReady } from './redis.js';
+
+const run = promisify(execFile);
+const SETTLE_TIMEOUT_MS = 30_000;
+
+interface Node {
+  readonly port: number;
+  child: ChildProcess;
+}
+
+async function startNode(extra: readonly string[], dir: string): Promise<Node> {
+  const port = await findFreePort();
+  // A cluster's bus port is the port + 10000 unless told: that one may be taken, or past 65535.
+  const busPort = extra.includes('--cluster-enabled') ? await findFreePort() : 0;
+  const args = extra.map((a) => a.replaceAll('{port}', String(port)).replaceAll('{busPort}', String(busPort)));
+  const child = spawnServer(port, args, dir);
+  await waitUntilReady(child, port);
+  return { port, child };
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + SETTLE_TIMEOUT_MS;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await probe();
+      if (value !== undefined) return value;
+    } catch (error) {
+      last = error;
+    }
+    await sleep(100);
+  }
+  throw new Error(`${what} within ${SETTLE_TIMEOUT_MS} ms${last instanceof Error ? ` (last: ${last.message})` : ''}`);
+}
+
+/** One command to one server, on a connection of its own. */
+async function ask(port: number, password: string | undefined, ...command: string[]): Promise<unknown> {
+  const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, ...(password ? { password } : {}) });
+  try {
+    await client.connect();
+    return await client.call(command[0]!, ...command.slice(1));
+  } finally {
+    client.disconnect();
+  }
+}
+
+/**
+ * A replica's first sync starts at once (not after the diskless default of 5 s): a replica that
+ * never synced is not allowed to fail over, and the tests wait for every link to be up.
+ */
+const SYNC_AT_ONCE = ['--repl-diskless-sync-delay', '0'];
+
+/** Every replica among `ports` has its link to its master up. */
+async function replicasInSync(ports: readonly number[], password: string | undefined): Promise<true | undefined> {
+  for (const port of ports) {
+    const info = String(await ask(port, password, 'INFO', 'replication'));
+    if (info.includes('role:slave') && !info.includes('master_link_status:up')) return undefined;
+  }
+  return true;
+}
+
+function authArgs(password: string | undefined): string[] {
+  return password ? ['--requirepass', password, '--masterauth', password] : [];
+}
+
+export interface ClusterHandle {
+  /** host:port of every node, for `cache.redis.nodes`. */
+  readonly nodes: string[];
+  /**
+   * Kills (SIGKILL) the master that serves `slot`'s keys and waits until its replica has taken
+   * the slot over and the cluster says ok again; answers the new master's port.
+   */
+  killMasterOf(slot: number): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export async function startCluster(options: { password?: string } = {}): Promise<ClusterHandle> {
+  const { password } = options;
+  const dir = mkdtempSync(join(tmpdir(), 'tmc-cluster-'));
+  const args = ['--cluster-enabled', 'yes', '--cluster-port', '{busPort}', '--cluster-config-file', 'nodes-{port}.conf', '--cluster-node-timeout', '1000', ...SYNC_AT_ONCE, ...authArgs(password)];
+  const nodes = await Promise.all(Array.from({ length: 6 }, () => startNode(args, dir)));
+  const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
+  await run('redis-cli', [...(password ? ['-a', password, '--no-auth-warning'] : []), '--cluster', 'create', ...addresses, '--cluster-replicas', '1', '--cluster-yes']);
+  const alive = new Set(nodes);
+  const settled = async (): Promise<void> => {
+    await until('the cluster did not say cluster_state:ok on every live node', async () => {
+      for (const n of alive) {
+        const info = String(await ask(n.port, password, 'CLUSTER', 'INFO'));
+        if (!info.includes('cluster_state:ok')) return undefined;
+      }
+      return true;
+    });
+  };
+  await settled();
+  await until('the replicas did not sync with their masters', () => replicasInSync(nodes.map((n) => n.port), password));
+  /** The port of the master serving `slot`, as a live node sees it. */
+  const masterOf = async (slot: number): Promise<number | undefined> => {
+    const [any] = alive;
+    const slots = (await ask(any!.port, password, 'CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+    return slots.find(([from, to]) => from <= slot && slot <= to)?.[2][1];
+  };
+  return {
+    nodes: addresses,
+    killMasterOf: async (slot) => {
+      const port = await masterOf(slot);
+      const victim = nodes.find((n) => n.port === port)!;
+      alive.delete(victim);
+      await terminate(victim.child, 'SIGKILL');
+      const promoted = await until(`no replica took slot ${slot} over from ${port}`, async () => {
+        const now = await masterOf(slot);
+        return now !== undefined && now !== port ? now : undefined;
+      });
+      await settled();
+      return promoted;
+    },
+    stop: async () => {
+      await Promise.all(nodes.map((n) => terminate(n.child, 'SIGTERM')));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface SentinelHandle {
+  /** host:port of every sentinel, for `cache.redis.sentinels`. */
+  readonly sentinels: string[];
+  readonly name: string;
+  /** The port of the master the sentinels name now. */
+  masterPort(): Promise<number>;
+  /** Kills (SIGKILL) the master and waits until the sentinels name the replica as master. */
+  killMaster(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/**
+ * A master, one replica and three sentinels (quorum 2), down-after 500 ms. `password` is the
+ * servers' AUTH (the sentinels know it through auth-pass); `sentinelPassword` the sentinels' own.
+ */
+export async function startSentinels(options: { password?: string; sentinelPassword?: string } = {}): Promise<SentinelHandle> {
+  const { password, sentinelPassword } = options;
+  const name = 'tmc-master';
+  const dir = mkdtempSync(join(tmpdir(), 'tmc-sentinel-'));
+  const master = await startNode([...SYNC_AT_ONCE, ...authArgs(password)], dir);
+  const replica = await startNode([...SYNC_AT_ONCE, ...authArgs(password), '--replicaof', '127.0.0.1', String(master.port)], dir);
+  const servers = [master, replica];
+  const sentinels: Node[] = [];
+  for (let i = 0; i < 3; i++) {
+    const file = join(dir, `sentinel-${i}.conf`);
+    writeFileSync(file, [
+      `sentinel monitor ${name} 127.0.0.1 ${master.port} 2`,
+      `sentinel down-after-milliseconds ${name} 500`,
+      `sentinel failover-timeout ${name} 5000`,
+      ...(password ? [`sentinel auth-pass ${name} ${password}`] : []),
+      ...(sentinelPassword ? [`requirepass ${sentinelPassword}`, `sentinel sentinel-pass ${sentinelPassword}`] : []),
+      '',
+    ].join('\n'));
+    sentinels.push(await startNode([file, '--sentinel'], dir));
+  }
+  const askSentinel = (port: number, ...command: string[]): Promise<unknown> => ask(port, sentinelPassword, ...command);
+  const masterPort = async (): Promise<number> => Number(((await askSentinel(sentinels[0]!.port, 'SENTINEL', 'get-master-addr-by-name', name)) as string[])[1]);
+  // Ready when every sentinel knows the other two and the replica is in sync.
+  await until('the sentinels did not find each other and the replica', async () => {
+    for (const s of sentinels) {
+      const fields = (await askSentinel(s.port, 'SENTINEL', 'master', name)) as string[];
+      const info = Object.fromEntries(fields.flatMap((v, i) => (i % 2 === 0 ? [[v, fields[i + 1]]] : [])));
+      if (info['num-other-sentinels'] !== '2' || info['num-slaves'] !== '1') return undefined;
+    }
+    return replicasInSync([replica.port], password);
+  });
+  return {
+    sentinels: sentinels.map((s) => `127.0.0.1:${s.port}`),
+    name,
+    masterPort,
+    killMaster: async () => {
+      const port = await masterPort();
+      const victim = servers.find((n) => n.port === port)!;
+      await terminate(victim.child, 'SIGKILL');
+      return until(`the sentinels did not promote a replica of ${port}`, async () => {
+        const now = await masterPort();
+        if (now === port) return undefined;
+        const role = String(await ask(now, password, 'ROLE'));
+        return role.startsWith('master') ? now : undefined;
+      });
+    },
+    stop: async () => {
+      await Promise.all([...sentinels, ...servers].map((n) => terminate(n.child, 'SIGTERM')));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
