@@ -131,7 +131,9 @@ function mergeInto(target: Tree, values: Tree, schema: SchemaNode, path: string,
     const childSchema = Object.hasOwn(schema.properties!, key) ? schema.properties![key]! : undefined;
     const childPath = path === '' ? key : `${path}.${key}`;
     if (childSchema !== undefined && kindOf(childSchema) === 'section' && isPlainObject(value)) {
-      mergeInto(target[key] as Tree, value, childSchema, childPath, layer, origin);
+      // A lower layer left no mapping here (`redis:` with nothing under it is null): keep what it
+      // left, so validation names that source and value, rather than merging into nothing.
+      if (isPlainObject(target[key])) mergeInto(target[key], value, childSchema, childPath, layer, origin);
       continue;
     }
     // defineProperty: a `__proto__` key of the file stays a key (an unknown one), not a prototype.

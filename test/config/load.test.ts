@@ -419,6 +419,13 @@ describe('invalid settings', () => {
   });
 });
 
+describe('a section the file leaves empty', () => {
+  it('is reported as the file\'s, even when the environment sets a setting inside it', () => {
+    const error = configError(() => load({ file: 'cache:\n  redis:\n', env: { TM_CACHE_REDIS: 'redis://r:6379' } }));
+    expect(error.problems).toEqual([expect.stringMatching(/^cache\.redis \(from config file .*\): received null; allowed: a mapping with keys url, /)]);
+  });
+});
+
 describe('redis modes', () => {
   const REDIS = ['--redis', 'redis://r'];
   it.each([
