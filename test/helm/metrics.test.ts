@@ -94,7 +94,7 @@ describe('the dashboard and the alert rules', () => {
   beforeAll(async () => {
     emulator = await startTestEmulator();
     redis = await startRedis();
-    proxy = await startTestProxy(emulator.url, { cache: { redis: { url: redis.url } } });
+    proxy = await startTestProxy(emulator.url, { cache: { redis: { url: redis.url, commandTimeoutMs: 2_000 } } });
     const { token, project_ids } = emulator.tokens.member(0);
     const path = `/api/v1/projects/${project_ids[0]}/runs?per_page=15`;
     expect((await proxy.get(path, token)).status).toBe(200); // a miss: upstream, Redis, identity lookup

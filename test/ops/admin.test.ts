@@ -28,7 +28,7 @@ const withRedis = () => ({ cache: { redis: { url: env.redis.url, commandTimeoutM
 
 describe('admin API access', () => {
   it('is 404 everywhere while admin.token is empty, and says how to enable it', async () => {
-    const p = await env.replica({ cache: { redis: { url: env.redis.url } } });
+    const p = await env.replica({ cache: { redis: { url: env.redis.url, commandTimeoutMs: 2_000 } } });
     for (const [method, path] of [['GET', '/admin/stats'], ['GET', '/admin/entries'], ['POST', '/admin/purge'], ['GET', '/']] as const) {
       const res = await admin(p, method, path, method === 'POST' ? { all: true } : undefined);
       expect(res.status, `${method} ${path}`).toBe(404);

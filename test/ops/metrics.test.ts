@@ -35,7 +35,7 @@ beforeAll(async () => {
   emulator = await startTestEmulator();
   redis = await startRedis();
   // A memory tier of 16 KiB: a few answers fill it, so later ones evict.
-  proxy = await startTestProxy(emulator.url, { cache: { redis: { url: redis.url }, memory: { maxBytes: 16 * 1024 } } });
+  proxy = await startTestProxy(emulator.url, { cache: { redis: { url: redis.url, commandTimeoutMs: 2_000 }, memory: { maxBytes: 16 * 1024 } } });
   const m = emulator.tokens.member(0);
   const noAccess = emulator.tokens.noAccess();
   const project = m.project_ids[0]!;

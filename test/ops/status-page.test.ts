@@ -67,7 +67,7 @@ const num = async (tab: Tab, name: string) => Number((await readStat(tab.page, n
 beforeAll(async () => {
   redis = await startRedis();
   emulator = await startTestEmulator();
-  proxy = await startTestProxy(emulator.url, { admin: { token: ADMIN_TOKEN }, cache: { redis: { url: redis.url } } });
+  proxy = await startTestProxy(emulator.url, { admin: { token: ADMIN_TOKEN }, cache: { redis: { url: redis.url, commandTimeoutMs: 2_000 } } });
   browser = await launchChromium();
   mkdirSync('test-artifacts', { recursive: true });
   await sendTraffic();
