@@ -9,9 +9,17 @@ import type { SharedTierBudget } from './budget.js';
 import { Coalescer, type CoalescedRun } from './coalesce.js';
 import { bodyLengthOf, type CacheEntry } from './entry.js';
 
+/**
+ * What a replica gets when it asks to fill a key: the lock (`token`), or the fresh entry another
+ * replica stored since this one looked (`entry`: nothing to fill), or neither (another replica
+ * holds the lock, or Redis cannot answer).
+ */
+export type LockClaim = { readonly token: string } | { readonly entry: CacheEntry } | undefined;
+
 /** Cross-replica fill lock (the Redis tier): one replica fills, the others wait for its result. */
 export interface FillLock {
-  tryLock(key: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined>;
+  /** `acceptStored` false: the lock or nothing, never a stored entry (the fill must ask upstream). */
+  claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget): Promise<LockClaim>;
   unlock(key: string, token: string): Promise<void>;
   waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget): Promise<CacheEntry | undefined>;
 }
@@ -24,7 +32,13 @@ export interface FillStore {
 
 export type Fetched<R> = { readonly kind: 'entry'; readonly entry: CacheEntry } | { readonly kind: 'other'; readonly value: R };
 
-export type FillResult<R> = { readonly kind: 'entry'; readonly entry: CacheEntry; readonly stored: boolean } | { readonly kind: 'other'; readonly value: R };
+/**
+ * `storedEarlier`: the entry another replica had already stored when this one claimed the fill
+ * (not fetched for this fill): its caller treats it as a Redis hit, access rules included.
+ */
+export type FillResult<R> =
+  | { readonly kind: 'entry'; readonly entry: CacheEntry; readonly stored: boolean; readonly storedEarlier?: true }
+  | { readonly kind: 'other'; readonly value: R };
 
 export interface FillJob<R> {
   /** Where an entry is stored. */
@@ -33,6 +47,11 @@ export interface FillJob<R> {
   readonly fillKey: string;
   /** May this fill take, or wait on, the cross-replica lock of `key`? (Only a caller who may read `key`.) */
   readonly shareable: boolean;
+  /**
+   * May an entry another replica stored since the look-up answer this fill? Not when the request
+   * must be answered by the instance (a no-cache request, a refused access confirmation).
+   */
+  readonly acceptStored: boolean;
   /** The leading request's allowance for waiting on the lock's store (budget.ts). */
   readonly budget?: SharedTierBudget | undefined;
   fetch(): Promise<Fetched<R>>;
@@ -72,15 +91,19 @@ export class Filler<R> {
   async #fill(job: FillJob<R>): Promise<FillResult<R>> {
     const lock = this.o.lock;
     if (lock === undefined || !job.shareable || job.key !== job.fillKey) return this.#fetchAndStore(job);
-    const token = await lock.tryLock(job.key, this.o.lockTtlMs, job.budget);
-    if (token === undefined) {
-      const filled = await lock.waitFor(job.key, this.o.lockWaitMs, job.budget);
-      if (filled !== undefined) {
-        this.o.store.backfill(job.key, filled);
-        return { kind: 'entry', entry: filled, stored: true };
-      }
-      return this.#fetchAndStore(job);
+    const claim = await lock.claim(job.key, this.o.lockTtlMs, job.acceptStored, job.budget);
+    // Another replica filled the key between this one's look-up and its claim: nothing to ask.
+    if (claim !== undefined && 'entry' in claim) {
+      this.o.store.backfill(job.key, claim.entry);
+      return { kind: 'entry', entry: claim.entry, stored: true, storedEarlier: true };
     }
+    if (claim === undefined) {
+      const filled = await lock.waitFor(job.key, this.o.lockWaitMs, job.budget);
+      if (filled === undefined) return this.#fetchAndStore(job);
+      this.o.store.backfill(job.key, filled);
+      return { kind: 'entry', entry: filled, stored: true };
+    }
+    const { token } = claim;
     let shared: Promise<void> | void = undefined;
     try {
       return await this.#fetchAndStore(job, (write) => (shared = write));

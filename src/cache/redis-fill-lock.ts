@@ -7,8 +7,10 @@
  * others by at most its TTL; only the holder's token releases it; and when Redis cannot answer,
  * `tryLock` grants nothing and `waitFor` returns at once, so every replica fills by itself.
  */
+import { randomBytes } from 'node:crypto';
 import type { SharedTierBudget } from './budget.js';
-import type { CacheEntry } from './entry.js';
+import { isFresh, type CacheEntry } from './entry.js';
+import type { LockClaim } from './fill.js';
 import { STILL_LOCKED, type RedisConnection } from './redis-connection.js';
 import type { RedisTier } from './redis-tier.js';
 
@@ -20,10 +22,21 @@ const SCRIPTS = {
     lua: `if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 return redis.call('GET', KEYS[2])`,
   },
+  // The entry if one is stored (another replica filled it since this one looked), else 1 when
+  // the lock was taken (SET NX PX), 0 when another replica holds it. The entry key and its lock
+  // share a hash tag, so this runs in one slot of a cluster.
+  tmcClaimFill: {
+    numberOfKeys: 2,
+    lua: `local entry = redis.call('GET', KEYS[2])
+if entry then return entry end
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return 1 end
+return 0`,
+  },
 };
 
 interface LockCommands {
   tmcPollFillBuffer(lockKey: string, entryKey: string): Promise<number | Buffer | null>;
+  tmcClaimFillBuffer(lockKey: string, entryKey: string, token: string, ttlMs: number): Promise<number | Buffer | null>;
 }
 
 export class RedisFillLock {
@@ -43,6 +56,29 @@ export class RedisFillLock {
    */
   tryLock(key: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined> {
     return this.#connection.tryLock(this.#connection.lockKey(key), ttlMs, budget);
+  }
+
+  /**
+   * The lock, or the entry another replica stored meanwhile, in one round trip: a replica that
+   * missed in Redis a moment ago and takes the lock after the filler released it would otherwise
+   * fill again for nothing (a CI burst's extra upstream requests). A stored entry that is not
+   * fresh (or not valid for its key) is no answer to a fill: then the lock is asked for alone.
+   */
+  async claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget): Promise<LockClaim> {
+    if (!acceptStored) {
+      const token = await this.tryLock(key, ttlMs, budget);
+      return token === undefined ? undefined : { token };
+    }
+    const [lockKey, entryKey] = [this.#connection.lockKey(key), this.#connection.entryKey(key)];
+    const token = randomBytes(16).toString('base64url');
+    const px = Math.max(1, Math.ceil(ttlMs));
+    const claimed = await this.#connection.call('lock', (c) => (c as unknown as LockCommands).tmcClaimFillBuffer(lockKey, entryKey, token, px), budget);
+    if (claimed === 1) return { token };
+    if (!Buffer.isBuffer(claimed)) return undefined;
+    const entry = await this.#tier.fromStored(key, claimed);
+    if (entry !== undefined && isFresh(entry, this.#tier.now())) return { entry };
+    const locked = await this.tryLock(key, ttlMs, budget);
+    return locked === undefined ? undefined : { token: locked };
   }
 
   /**

@@ -65,6 +65,11 @@ export class RedisTier implements CacheTier {
     connection.defineScripts(SCRIPTS);
   }
 
+  /** The tier's clock (the one that judges expiry). */
+  now(): number {
+    return this.#now();
+  }
+
   async get(key: string, now?: number, budget?: SharedTierBudget): Promise<CacheEntry | undefined> {
     const entry = await this.peek(key, now, budget);
     if (entry) this.#hits++;

@@ -104,7 +104,11 @@ export class ReadThrough {
    * `confirmed`: this request's access to the entry's project was just confirmed upstream, so
    * the check is not repeated (with `access.projectConfirmMs: 0` it would never pass).
    */
-  #afterLookup(d: Decision, found: Found | undefined, now: number, confirmed = false): Served | Promise<Served> {
+  /**
+   * `acceptStored`: may a fill of this request be answered by an entry another replica stored
+   * since the look-up? Not for no-cache, nor once the instance refused this caller's access.
+   */
+  #afterLookup(d: Decision, found: Found | undefined, now: number, confirmed = false, acceptStored = !d.noCache): Served | Promise<Served> {
     if (found !== undefined && !confirmed && this.#needsConfirmation(d, found.entry, now)) return this.#confirmThenServe(d, found);
     if (found !== undefined && !d.noCache) {
       if (isFresh(found.entry, now)) return { kind: 'entry', entry: found.entry, outcome: HIT[found.tier] };
@@ -116,11 +120,11 @@ export class ReadThrough {
     }
     const blockedMs = this.o.gate.blockedMs(d.caller.userId, now);
     if (blockedMs > 0) return whileRateLimited(found, now, blockedMs);
-    return this.#fillAndServe(d, found, now);
+    return this.#fillAndServe(d, found, now, acceptStored);
   }
 
-  async #fillAndServe(d: Decision, found: Found | undefined, now: number): Promise<Served> {
-    const job = this.#job(d);
+  async #fillAndServe(d: Decision, found: Found | undefined, now: number, acceptStored: boolean): Promise<Served> {
+    const job = this.#job(d, acceptStored);
     const { promise, leader } = this.#filler.run(job);
     let result: FillResult<Unstored>;
     try {
@@ -135,6 +139,8 @@ export class ReadThrough {
       if (found !== undefined && isUsableOnError(found.entry, now)) return staleOnError(found);
       return upstreamFailure(failure);
     }
+    // Stored by another replica since the look-up: served as the Redis hit it is, access rules included.
+    if (result.kind === 'entry' && result.storedEarlier) return this.#afterLookup(d, { entry: result.entry, tier: 'redis' }, this.o.now(), false, false);
     const kind: OutcomeKind = leader ? 'miss' : 'coalesced';
     if (result.kind === 'entry') {
       const outcome: CacheOutcome = { kind, stored: result.stored, upstreamStatus: 200, ...(d.noCache ? { detail: 'no-cache' } : {}) };
@@ -157,7 +163,7 @@ export class ReadThrough {
   async #confirmThenServe(d: Decision, found: Found): Promise<Served> {
     const projectId = projectOf(found.entry)!;
     // A rate-limited caller is not asked about upstream: unconfirmed, they get the 429 (never the entry).
-    if (this.o.gate.blockedMs(d.caller.userId, this.o.now()) > 0) return this.#afterLookup(d, undefined, this.o.now(), true);
+    if (this.o.gate.blockedMs(d.caller.userId, this.o.now()) > 0) return this.#afterLookup(d, undefined, this.o.now(), true, false);
     const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId, d);
     const now = this.o.now();
     if (confirmation.kind === 'confirmed') return this.#afterLookup(d, found, now, true);
@@ -166,7 +172,7 @@ export class ReadThrough {
     if (res.status === 429) this.o.gate.block(d.caller.userId, res.headers['retry-after'], now);
     this.o.access.afterConfirmation(answeredRequest(d), projectId, res.status);
     // Not confirmed: the entry is not served; the request is answered as a miss, by the instance.
-    return this.#afterLookup(d, undefined, now, true);
+    return this.#afterLookup(d, undefined, now, true, false);
   }
 
   /**
@@ -185,13 +191,14 @@ export class ReadThrough {
   }
 
   /** The fill of one decided request: ask upstream with the caller's credential, keep what is storable. */
-  #job(d: Decision): FillJob<Unstored> {
+  #job(d: Decision, acceptStored = !d.noCache): FillJob<Unstored> {
     const access = this.o.access;
     const answered = answeredRequest(d);
     return {
       key: d.key,
       fillKey: d.fillKey,
       shareable: d.mayRead,
+      acceptStored,
       budget: d,
       fetch: async (): Promise<Fetched<Unstored>> => {
         const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);

@@ -28,6 +28,7 @@ function job(fetched: () => Promise<Fetched<string>>, over: Partial<FillJob<stri
     key: 'k',
     fillKey: 'k',
     shareable: true,
+    acceptStored: true,
     calls: 0,
     fetch: (): Promise<Fetched<string>> => (j.calls++, fetched()),
     ...over,
@@ -80,7 +81,7 @@ describe('Filler', () => {
     const s = fakeStore();
     const log: string[] = [];
     const lock: FillLock = {
-      tryLock: async (key, ttlMs) => (log.push(`lock ${key} ${ttlMs}`), 'token'),
+      claim: async (key, ttlMs) => (log.push(`lock ${key} ${ttlMs}`), { token: 'token' }),
       unlock: async (key, token) => void log.push(`unlock ${key} ${token}`),
       waitFor: async () => undefined,
     };
@@ -97,7 +98,7 @@ describe('Filler', () => {
     const s = fakeStore();
     const theirs = entry();
     const waits: number[] = [];
-    const lock: FillLock = { tryLock: async () => undefined, unlock: async () => undefined, waitFor: async (_k, ms) => (waits.push(ms), theirs) };
+    const lock: FillLock = { claim: async () => undefined, unlock: async () => undefined, waitFor: async (_k, ms) => (waits.push(ms), theirs) };
     const filler = new Filler<string>({ store: s.store, lock, ...options });
     const j = job(async () => ({ kind: 'entry', entry: entry() }));
     expect(await filler.runAlone(j)).toEqual({ kind: 'entry', entry: theirs, stored: true });
@@ -106,9 +107,29 @@ describe('Filler', () => {
     expect(s.backfilled).toEqual(['k']);
   });
 
+  it('keeps the entry another replica stored since this one looked, without fetching, waiting or unlocking', async () => {
+    const s = fakeStore();
+    const theirs = entry();
+    const log: string[] = [];
+    const accepted: boolean[] = [];
+    const lock: FillLock = {
+      claim: async (_k, _ttl, acceptStored) => (accepted.push(acceptStored), acceptStored ? { entry: theirs } : { token: 't' }),
+      unlock: async () => void log.push('unlock'),
+      waitFor: async () => (log.push('wait'), undefined),
+    };
+    const filler = new Filler<string>({ store: s.store, lock, ...options });
+    const j = job(async () => ({ kind: 'entry', entry: entry() }));
+    expect(await filler.runAlone(j)).toEqual({ kind: 'entry', entry: theirs, stored: true, storedEarlier: true });
+    expect(j.calls).toBe(0);
+    expect(log).toEqual([]);
+    await filler.runAlone(job(async () => ({ kind: 'entry', entry: entry() }), { acceptStored: false }));
+    expect(accepted).toEqual([true, false]);
+    expect(s.backfilled).toEqual(['k']);
+  });
+
   it('fills itself when the other replica never delivers, and never locks for a fill the caller may not share', async () => {
     const tried: string[] = [];
-    const lock: FillLock = { tryLock: async (k) => void tried.push(k) as undefined, unlock: async () => undefined, waitFor: async () => undefined };
+    const lock: FillLock = { claim: async (k) => void tried.push(k) as undefined, unlock: async () => undefined, waitFor: async () => undefined };
     const filler = new Filler<string>({ store: fakeStore().store, lock, ...options });
     const j = job(async () => ({ kind: 'other', value: 'x' }));
     await filler.runAlone(j);

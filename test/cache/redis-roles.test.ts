@@ -78,6 +78,45 @@ describe('RedisFillLock', () => {
   });
 });
 
+describe('RedisFillLock.claim: the lock, or the entry another replica stored meanwhile, in one round trip', () => {
+  it('takes the lock when nothing is stored and nobody holds it; another replica then gets neither', async () => {
+    const prefix = uniquePrefix();
+    const [a, b] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    const claim = await a.fillLock.claim('k', 10_000, true);
+    expect(claim).toEqual({ token: expect.any(String) });
+    expect(await redis.raw.pttl(a.connection.lockKey('k'))).toBeGreaterThan(9_000);
+    expect(await b.fillLock.claim('k', 10_000, true)).toBeUndefined();
+  });
+
+  it('answers the fresh entry the holder stored and released, taking no lock', async () => {
+    const prefix = uniquePrefix();
+    const [holder, late] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    const claim = await holder.fillLock.claim('k', 10_000, true);
+    await holder.tier.set('k', makeEntry(Date.now(), { body: Buffer.from('filled') }));
+    await holder.fillLock.unlock('k', (claim as { token: string }).token);
+    const lateClaim = await late.fillLock.claim('k', 10_000, true);
+    expect(lateClaim !== undefined && 'entry' in lateClaim ? lateClaim.entry.body.toString() : lateClaim).toBe('filled');
+    expect(await redis.raw.exists(late.connection.lockKey('k'))).toBe(0);
+  });
+
+  it('takes the lock, or answers nothing, without looking at the entry when the fill must ask upstream', async () => {
+    const prefix = uniquePrefix();
+    const [a, b] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    await a.tier.set('k', makeEntry(Date.now()));
+    expect(await a.fillLock.claim('k', 10_000, false)).toEqual({ token: expect.any(String) });
+    expect(await b.fillLock.claim('k', 10_000, false)).toBeUndefined();
+  });
+
+  it('takes the lock over a stored entry that is no longer fresh: a refresh must fill', async () => {
+    const prefix = uniquePrefix();
+    const roles = await makeRedisRoles(redis.url, { keyPrefix: prefix });
+    const now = Date.now();
+    await roles.tier.set('k', makeEntry(now - 90_000, { freshUntil: now - 30_000 }));
+    expect(await roles.fillLock.claim('k', 10_000, true)).toEqual({ token: expect.any(String) });
+    expect(await redis.raw.exists(roles.connection.lockKey('k'))).toBe(1);
+  });
+});
+
 describe('RedisInvalidationBus', () => {
   it('delivers to the other replicas, not back to the publisher, until unsubscribed', async () => {
     const prefix = uniquePrefix();

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { makeErrorBody } from '../../src/api/errors.js';
 import type { CacheEntry } from '../../src/cache/entry.js';
+import type { FillLock } from '../../src/cache/fill.js';
 import { FreshnessPolicy } from '../../src/cache/policy.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 import { AccessRules, type AccessTargets } from '../../src/proxy/access.js';
@@ -164,9 +165,10 @@ function confirmedProjects(upstream: Upstream, clock: { t: number }): ProjectAcc
   return projects;
 }
 
-function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number }, access = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry: (k) => void cache.delete(k), dropUserProject() {} })) {
+function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number }, access = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry: (k) => void cache.delete(k), dropUserProject() {} }), lock?: FillLock) {
   return new ReadThrough({
     cache,
+    lock,
     upstream,
     policy: new FreshnessPolicy(DEFAULT_CONFIG.cache.freshness, DEFAULT_CONFIG.cache.staleIfErrorMs),
     access,
@@ -248,6 +250,28 @@ describe('ReadThrough over a fake cache and a fake upstream', () => {
     entries.set(d.key, makeEntry(T0 - 200_000));
     const stale = await readThrough(cache, failing, { t: T0 }).serve(d, T0);
     expect(stale.outcome).toEqual({ kind: 'stale', tier: 'memory', detail: 'stale-if-error' });
+  });
+
+  it('serves an entry another replica stored since the look-up as the Redis hit it is, access check included', async () => {
+    const theirs = makeEntry(T0);
+    const accepted: boolean[] = [];
+    const lock: FillLock = {
+      claim: async (_k, _ttl, acceptStored) => (accepted.push(acceptStored), acceptStored ? { entry: theirs } : { token: 't' }),
+      unlock: async () => undefined,
+      waitFor: async () => undefined,
+    };
+    const noAccess = json(404, makeErrorBody('No such project.'));
+    const { upstream, paths } = fakeUpstream(() => noAccess);
+    const noAccessRules = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry() {}, dropUserProject() {} });
+    // Caller 7's access to project 5 (the entry's) is confirmed: a hit, nothing asked upstream.
+    const confirmed = await readThrough(fakeCache().cache, upstream, { t: T0 }, noAccessRules, lock).serve(decideFor(url, caller(7)), T0);
+    expect(confirmed).toMatchObject({ kind: 'entry', entry: theirs, outcome: { kind: 'hit', tier: 'redis' } });
+    expect(paths).toEqual([]);
+    // Caller 9's is not: confirmation is asked; refused, the request goes to the instance, never to a stored entry.
+    const refused = await readThrough(fakeCache().cache, upstream, { t: T0 }, noAccessRules, lock).serve(decideFor(url, caller(9)), T0);
+    expect(refused).toMatchObject({ kind: 'relay', response: noAccess });
+    expect(paths).toEqual(['/api/v1/projects/5', '/api/v1/projects/1/runs']);
+    expect(accepted).toEqual([true, true, false]);
   });
 
   it('after a 429, asks nothing more upstream for that user until Retry-After has passed', async () => {
