@@ -20,7 +20,11 @@ export async function startServe(env: Record<string, string>, args: readonly str
   let output = '';
   child.stderr.on('data', (d) => (output += d));
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`serve did not start:\n${output}`)), 15_000);
+    const timer = setTimeout(() => {
+      // A serve that never said it was serving must not outlive the test that started it.
+      child.kill('SIGKILL');
+      reject(new Error(`serve did not start:\n${output}`));
+    }, 15_000);
     child.once('exit', (code) => reject(new Error(`serve exited with ${code}:\n${output}`)));
     child.stdout.on('data', (d: Buffer) => {
       output += d;
