@@ -1,6 +1,7 @@
 /**
- * The log destination of `tm-cache serve` (log-sink.ts), on real descriptors: a file, and a
- * non-blocking FIFO whose reader is slow or stalls (EAGAIN, partial writes, the bound).
+ * The log destination of `tm-cache serve` (log-sink.ts), on real descriptors: a file (written
+ * through fs.write), and a FIFO (written as a non-blocking stream) whose reader is slow, stalls
+ * (the bound) or goes away (EPIPE).
  */
 import { execFileSync } from 'node:child_process';
 import { closeSync, constants, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
@@ -79,7 +80,7 @@ describe('LogSink', () => {
     expect(sink.writes).toBe(1);
   });
 
-  it('retries when a non-blocking pipe is full and continues partial writes: a slow reader gets every line in order', async () => {
+  it('writes on when a pipe is full, from where it stopped: a slow reader gets every line in order', async () => {
     const { read, write } = fifo();
     const sink = new LogSink(write, { maxBytes: 64 * 1024 * 1024 });
     const count = 20_000; // ~4.6 MB through a 64 KiB pipe, written at once
@@ -116,6 +117,21 @@ describe('LogSink', () => {
     // What was kept is in order; the note says exactly how many were not.
     expect(kept.map((l) => l.n)).toEqual([...kept.map((l) => l.n)].sort((a, b) => a - b));
     expect(lines.find((l) => l.msg.startsWith('log lines dropped'))).toEqual({ level: 40, time: 42, msg: "log lines dropped: the log's reader fell behind", dropped: refused });
+  });
+
+  it('a pipe whose reader went away (EPIPE) fails the flush, never the caller or the process', async () => {
+    const { read, write } = fifo();
+    // The stream owns the write end from here: it closes it on EPIPE.
+    fds.splice(fds.indexOf(write), 1);
+    const sink = new LogSink(write);
+    sink.write(line(1));
+    await flushed(sink);
+    expect(drain(read)).toBe(line(1));
+    closeSync(fds.splice(fds.indexOf(read), 1)[0]!);
+    expect(sink.write(line(2))).toBe(true);
+    await expect(flushed(sink)).rejects.toThrow(/EPIPE/);
+    expect(sink.write(line(3))).toBe(true);
+    await expect(flushed(sink)).rejects.toThrow(/EPIPE/);
   });
 
   it('a descriptor that cannot be written fails the flush, never the caller', async () => {
