@@ -15,12 +15,17 @@ import { STILL_LOCKED, type RedisConnection } from './redis-connection.js';
 import type { RedisTier } from './redis-tier.js';
 
 const SCRIPTS = {
-  // -1 while the fill lock is held, else the entry (or nil): one round trip per poll, and no
-  // entry bytes transferred while the other replica is still filling.
+  // The stored entry with whether the lock is still held ({entry, 0|1}); else -1 while the lock
+  // is held, nil once it is not. The entry is looked at first: a holder whose unlock was lost (a
+  // timed-out command) has still stored it, and waiters need not wait out the lock. One round
+  // trip per poll; no entry bytes while there is none.
   tmcPollFill: {
     numberOfKeys: 2,
-    lua: `if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-return redis.call('GET', KEYS[2])`,
+    lua: `local entry = redis.call('GET', KEYS[2])
+local held = redis.call('EXISTS', KEYS[1])
+if entry then return {entry, held} end
+if held == 1 then return -1 end
+return false`,
   },
   // The entry if one is stored (another replica filled it since this one looked), else 1 when
   // the lock was taken (SET NX PX), 0 when another replica holds it. The entry key and its lock
@@ -35,7 +40,7 @@ return 0`,
 };
 
 interface LockCommands {
-  tmcPollFillBuffer(lockKey: string, entryKey: string): Promise<number | Buffer | null>;
+  tmcPollFillBuffer(lockKey: string, entryKey: string): Promise<number | [Buffer, number] | null>;
   tmcClaimFillBuffer(lockKey: string, entryKey: string, token: string, ttlMs: number): Promise<number | Buffer | null>;
 }
 
@@ -101,8 +106,13 @@ export class RedisFillLock {
     return this.#connection.whileLocked(timeoutMs, async () => {
       const polled = await this.#connection.call('lock', (c) => (c as unknown as LockCommands).tmcPollFillBuffer(lockKey, entryKey), budget);
       if (polled === -1) return STILL_LOCKED;
-      // The entry is checked like any read of the tier: bound to its key, valid.
-      return Buffer.isBuffer(polled) ? this.#tier.fromStored(key, polled) : undefined;
+      if (!Array.isArray(polled)) return undefined; // nothing stored, nobody filling (or no answer)
+      // The entry is checked like any read of the tier (bound to its key, valid), and must be
+      // fresh: the stale one a refresh replaces is no result, nor is it once the holder gave up.
+      const [stored, held] = polled;
+      const entry = await this.#tier.fromStored(key, stored);
+      if (entry !== undefined && isFresh(entry, this.#tier.now())) return entry;
+      return held === 1 ? STILL_LOCKED : undefined;
     });
   }
 }

@@ -78,6 +78,36 @@ describe('RedisFillLock', () => {
   });
 });
 
+describe('RedisFillLock.waitFor', () => {
+  it('hands over the entry as soon as it is stored, even if the holder\'s unlock never comes', async () => {
+    const prefix = uniquePrefix();
+    const [holder, waiter] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    await holder.fillLock.tryLock('k', 60_000);
+    const started = performance.now();
+    const waiting = waiter.fillLock.waitFor('k', 20_000);
+    await holder.tier.set('k', makeEntry(Date.now(), { body: Buffer.from('filled') }));
+    // No unlock (as when the holder's unlock command timed out): the lock stays for 60 s.
+    expect((await waiting)?.body.toString()).toBe('filled');
+    expect(performance.now() - started).toBeLessThan(10_000);
+    expect(await redis.raw.exists(holder.connection.lockKey('k'))).toBe(1);
+  });
+
+  it('does not take the stale entry a refresh replaces for a result: waits while the lock is held, then gives up when it is gone', async () => {
+    const prefix = uniquePrefix();
+    const [holder, waiter] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    const now = Date.now();
+    await holder.tier.set('k', makeEntry(now - 90_000, { freshUntil: now - 30_000, body: Buffer.from('stale') }));
+    const token = await holder.fillLock.tryLock('k', 60_000);
+    let settled = false;
+    const waiting = waiter.fillLock.waitFor('k', 20_000).finally(() => (settled = true));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(settled).toBe(false);
+    // The holder's fill was refused (nothing stored): it releases the lock; the waiter fills itself.
+    await holder.fillLock.unlock('k', token!);
+    expect(await waiting).toBeUndefined();
+  });
+});
+
 describe('RedisFillLock.claim: the lock, or the entry another replica stored meanwhile, in one round trip', () => {
   it('takes the lock when nothing is stored and nobody holds it; another replica then gets neither', async () => {
     const prefix = uniquePrefix();
