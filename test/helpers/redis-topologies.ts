@@ -6,7 +6,7 @@
  * files, sentinel configs, which sentinels rewrite); every process is killed when the test
  * process exits (redis.ts), and `stop()` removes the directory.
  */
-import { execFile, type ChildProcess } from 'node:child_process';
+import { execFile, execFileSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,8 +18,30 @@ import { findFreePort, spawnServer, terminate, waitUntilReady } from './redis.js
 const run = promisify(execFile);
 const SETTLE_TIMEOUT_MS = 30_000;
 
+/** A private CA and a certificate it issued for localhost and 127.0.0.1, as an operator's own PKI would: PEM files in `dir`. */
+export interface TestPki {
+  readonly ca: string;
+  readonly cert: string;
+  readonly key: string;
+}
+
+export function makeTestPki(dir: string): TestPki {
+  const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=tm-cache test CA');
+  ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
+  writeFileSync(join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', 'san.ext');
+  return { ca: join(dir, 'ca.pem'), cert: join(dir, 'server.pem'), key: join(dir, 'server.key') };
+}
+
+/** TLS on `{tlsPort}` besides the plain port (which readiness pings), clients not asked for certificates. */
+function tlsArgs(pki: TestPki): string[] {
+  return ['--tls-port', '{tlsPort}', '--tls-cert-file', pki.cert, '--tls-key-file', pki.key, '--tls-ca-cert-file', pki.ca, '--tls-auth-clients', 'no'];
+}
+
 interface Node {
   readonly port: number;
+  readonly tlsPort: number;
   child: ChildProcess;
 }
 
@@ -27,10 +49,11 @@ async function startNode(extra: readonly string[], dir: string): Promise<Node> {
   const port = await findFreePort();
   // A cluster's bus port is the port + 10000 unless told: that one may be taken, or past 65535.
   const busPort = extra.includes('--cluster-enabled') ? await findFreePort() : 0;
-  const args = extra.map((a) => a.replaceAll('{port}', String(port)).replaceAll('{busPort}', String(busPort)));
+  const tlsPort = extra.includes('{tlsPort}') ? await findFreePort() : 0;
+  const args = extra.map((a) => a.replaceAll('{port}', String(port)).replaceAll('{busPort}', String(busPort)).replaceAll('{tlsPort}', String(tlsPort)));
   const child = spawnServer(port, args, dir);
   await waitUntilReady(child, port);
-  return { port, child };
+  return { port, tlsPort, child };
 }
 
 async function until<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
@@ -79,8 +102,10 @@ function authArgs(password: string | undefined): string[] {
 }
 
 export interface ClusterHandle {
-  /** host:port of every node, for `cache.redis.nodes`. */
+  /** host:port of every node, for `cache.redis.nodes` (the TLS ports of a TLS cluster). */
   readonly nodes: string[];
+  /** The keys matching `pattern` in the whole cluster (KEYS on every master, on its plain port). */
+  keys(pattern: string): Promise<string[]>;
   /**
    * Kills (SIGKILL) the master that serves `slot`'s keys and waits until its replica has taken
    * the slot over and the cluster says ok again; answers the new master's port.
@@ -89,13 +114,23 @@ export interface ClusterHandle {
   stop(): Promise<void>;
 }
 
-export async function startCluster(options: { password?: string } = {}): Promise<ClusterHandle> {
-  const { password } = options;
+/**
+ * `tls`: the nodes also listen with TLS, and talk to each other (bus, replication) over it; the
+ * cluster is made through the TLS ports, and TLS clients are told TLS ports (Redis 7).
+ */
+export async function startCluster(options: { password?: string; tls?: TestPki } = {}): Promise<ClusterHandle> {
+  const { password, tls } = options;
   const dir = mkdtempSync(join(tmpdir(), 'tmc-cluster-'));
-  const args = ['--cluster-enabled', 'yes', '--cluster-port', '{busPort}', '--cluster-config-file', 'nodes-{port}.conf', '--cluster-node-timeout', '1000', ...SYNC_AT_ONCE, ...authArgs(password)];
+  const args = [
+    '--cluster-enabled', 'yes', '--cluster-port', '{busPort}', '--cluster-config-file', 'nodes-{port}.conf', '--cluster-node-timeout', '1000',
+    ...SYNC_AT_ONCE, ...authArgs(password), ...(tls ? [...tlsArgs(tls), '--tls-cluster', 'yes', '--tls-replication', 'yes'] : []),
+  ];
   const nodes = await Promise.all(Array.from({ length: 6 }, () => startNode(args, dir)));
-  const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
-  await run('redis-cli', [...(password ? ['-a', password, '--no-auth-warning'] : []), '--cluster', 'create', ...addresses, '--cluster-replicas', '1', '--cluster-yes']);
+  const addresses = nodes.map((n) => `127.0.0.1:${tls ? n.tlsPort : n.port}`);
+  await run('redis-cli', [
+    ...(password ? ['-a', password, '--no-auth-warning'] : []), ...(tls ? ['--tls', '--cacert', tls.ca] : []),
+    '--cluster', 'create', ...addresses, '--cluster-replicas', '1', '--cluster-yes',
+  ]);
   const alive = new Set(nodes);
   const settled = async (): Promise<void> => {
     await until('the cluster did not say cluster_state:ok on every live node', async () => {
@@ -116,6 +151,13 @@ export async function startCluster(options: { password?: string } = {}): Promise
   };
   return {
     nodes: addresses,
+    keys: async (pattern) => {
+      const found: string[] = [];
+      for (const n of alive) {
+        if (String(await ask(n.port, password, 'ROLE')).startsWith('master')) found.push(...((await ask(n.port, password, 'KEYS', pattern)) as string[]));
+      }
+      return found;
+    },
     killMasterOf: async (slot) => {
       const port = await masterOf(slot);
       const victim = nodes.find((n) => n.port === port)!;

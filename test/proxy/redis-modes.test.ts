@@ -3,10 +3,9 @@
  * and a Sentinel set (redis-topologies.ts), both with AUTH, and a TLS-only Redis. In each,
  * replicas share answers through Redis; a wrong password is a degraded replica that still
  * answers, never a crash and never a secret in what it reports; and the Cluster and Sentinel
- * fail over under load without one failed request.
+ * fail over under load without one failed request; a Cluster over TLS shares answers too.
  */
 import { Redis } from 'ioredis';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +16,7 @@ import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { startTestProxy, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
 import { findFreePort, spawnServer, terminate, waitUntilReady } from '../helpers/redis.js';
 import { redisTierOf } from '../helpers/replicas.js';
-import { startCluster, startSentinels, type ClusterHandle, type SentinelHandle } from '../helpers/redis-topologies.js';
+import { makeTestPki, startCluster, startSentinels, type ClusterHandle, type SentinelHandle, type TestPki } from '../helpers/redis-topologies.js';
 import { startServe, type Serving } from '../helpers/serve.js';
 import { until } from '../helpers/wait.js';
 
@@ -189,27 +188,25 @@ describe('Redis over TLS', () => {
   let plainPort: number;
   let tlsPort: number;
   let server: ReturnType<typeof spawnServer>;
+  let pki: TestPki;
+  let cluster: ClusterHandle | undefined;
   const running: Serving[] = [];
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'tmc-tls-'));
-    // A private CA and a server certificate for localhost, as an operator's own PKI would issue.
-    const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=tm-cache test CA');
-    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
-    writeFileSync(join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
-    ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', 'san.ext');
+    pki = makeTestPki(dir);
     plainPort = await findFreePort();
     tlsPort = await findFreePort();
     server = spawnServer(plainPort, [
-      '--tls-port', String(tlsPort), '--tls-cert-file', join(dir, 'server.pem'), '--tls-key-file', join(dir, 'server.key'),
-      '--tls-ca-cert-file', join(dir, 'ca.pem'), '--tls-auth-clients', 'no', '--requirepass', SERVER_PASSWORD,
+      '--tls-port', String(tlsPort), '--tls-cert-file', pki.cert, '--tls-key-file', pki.key,
+      '--tls-ca-cert-file', pki.ca, '--tls-auth-clients', 'no', '--requirepass', SERVER_PASSWORD,
     ]);
     await waitUntilReady(server, plainPort);
   }, 60_000);
   afterAll(async () => {
     for (const s of running) s.child.kill('SIGKILL');
     await terminate(server, 'SIGTERM');
+    await cluster?.stop();
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -233,7 +230,7 @@ describe('Redis over TLS', () => {
   };
 
   it('rediss:// with the private CA in NODE_EXTRA_CA_CERTS: verified, connected, and entries land', async () => {
-    const s = await serve({ TM_CACHE_REDIS: `rediss://localhost:${tlsPort}`, NODE_EXTRA_CA_CERTS: join(dir, 'ca.pem') });
+    const s = await serve({ TM_CACHE_REDIS: `rediss://localhost:${tlsPort}`, NODE_EXTRA_CA_CERTS: pki.ca });
     expect(await redisCheck(s.management)).toEqual({ status: 'ok' });
     const m = emulator.tokens.member(2);
     const before = await plainKeys();
@@ -246,9 +243,35 @@ describe('Redis over TLS', () => {
   it('cache.redis.tls with a redis:// URL is TLS too', async () => {
     const file = join(dir, 'tls.yaml');
     writeFileSync(file, 'cache:\n  redis:\n    tls: true\n');
-    const s = await serve({ TM_CACHE_CONFIG: file, TM_CACHE_REDIS: `redis://localhost:${tlsPort}`, NODE_EXTRA_CA_CERTS: join(dir, 'ca.pem') });
+    const s = await serve({ TM_CACHE_CONFIG: file, TM_CACHE_REDIS: `redis://localhost:${tlsPort}`, NODE_EXTRA_CA_CERTS: pki.ca });
     expect(await redisCheck(s.management)).toEqual({ status: 'ok' });
   });
+
+  it('a Redis Cluster over TLS (bus and replication too), with AUTH: two replicas share answers through it', async () => {
+    cluster = await startCluster({ password: SERVER_PASSWORD, tls: pki });
+    const file = join(dir, 'cluster-tls.yaml');
+    writeFileSync(file, `cache:\n  redis:\n    mode: cluster\n    tls: true\n    nodes: [${cluster.nodes.map((n) => `"${n}"`).join(', ')}]\n`);
+    const settings = { TM_CACHE_CONFIG: file, NODE_EXTRA_CA_CERTS: pki.ca };
+    const [a, b] = [await serve(settings), await serve(settings)];
+    expect(await redisCheck(a.management)).toEqual({ status: 'ok' });
+    const m = emulator.tokens.member(1);
+    const path = freshPath(m.project_ids[0]!);
+    // Entries of runs lists ("tmc:{<key>}"; not their locks, "...}:lock").
+    const entries = (): Promise<string[]> => cluster!.keys('tmc:{*listRuns*}');
+    const before = (await entries()).length;
+    const ask = async (s: Serving) => {
+      const res = await request(`${s.url}${path}`, { headers: { authorization: `Bearer ${m.token}` } });
+      return { status: res.statusCode, cacheStatus: String(res.headers['cache-status']), body: Buffer.from(await res.body.arrayBuffer()) };
+    };
+    const filled = await ask(a);
+    expect(filled.status).toBe(200);
+    await until(async () => (await entries()).length === before + 1, 20_000);
+    await emulator.resetStats();
+    const shared = await ask(b);
+    expect(shared.cacheStatus).toMatch(/^tm-cache; hit; ttl=\d+; detail=redis$/);
+    expect(shared.body.equals(filled.body)).toBe(true);
+    expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs'] ?? 0).toBe(0);
+  }, 90_000);
 
   it('refuses a server its CAs do not vouch for: degraded, never connected unverified, still answering', async () => {
     const s = await serve({ TM_CACHE_REDIS: `rediss://localhost:${tlsPort}`});
