@@ -178,12 +178,14 @@ export async function startCluster(options: { password?: string; tls?: TestPki }
 }
 
 export interface SentinelHandle {
-  /** host:port of every sentinel, for `cache.redis.sentinels`. */
+  /** host:port of every sentinel, for `cache.redis.sentinels` (their TLS ports with TLS). */
   readonly sentinels: string[];
   readonly name: string;
-  /** The port of the master the sentinels name now. */
+  /** The plain port of the server the sentinels name as master now. */
   masterPort(): Promise<number>;
-  /** Kills (SIGKILL) the master and waits until the sentinels name the replica as master. */
+  /** The keys matching `pattern` on the master. */
+  keys(pattern: string): Promise<string[]>;
+  /** Kills (SIGKILL) the master and waits until the sentinels name the replica as master; answers its plain port. */
   killMaster(): Promise<number>;
   stop(): Promise<void>;
 }
@@ -191,29 +193,37 @@ export interface SentinelHandle {
 /**
  * A master, one replica and three sentinels (quorum 2), down-after 500 ms. `password` is the
  * servers' AUTH (the sentinels know it through auth-pass); `sentinelPassword` the sentinels' own.
+ * `tls`: servers and sentinels also listen with TLS, and replication and the sentinels' own
+ * connections use it, so the sentinels name the master by its TLS port.
  */
-export async function startSentinels(options: { password?: string; sentinelPassword?: string } = {}): Promise<SentinelHandle> {
-  const { password, sentinelPassword } = options;
+export async function startSentinels(options: { password?: string; sentinelPassword?: string; tls?: TestPki } = {}): Promise<SentinelHandle> {
+  const { password, sentinelPassword, tls } = options;
   const name = 'tmc-master';
   const dir = mkdtempSync(join(tmpdir(), 'tmc-sentinel-'));
-  const master = await startNode([...SYNC_AT_ONCE, ...authArgs(password)], dir);
-  const replica = await startNode([...SYNC_AT_ONCE, ...authArgs(password), '--replicaof', '127.0.0.1', String(master.port)], dir);
+  const tlsServer = tls ? [...tlsArgs(tls), '--tls-replication', 'yes'] : [];
+  const master = await startNode([...SYNC_AT_ONCE, ...authArgs(password), ...tlsServer], dir);
+  const announced = (n: Node): number => (tls ? n.tlsPort : n.port);
+  const replica = await startNode([...SYNC_AT_ONCE, ...authArgs(password), ...tlsServer, '--replicaof', '127.0.0.1', String(announced(master))], dir);
   const servers = [master, replica];
   const sentinels: Node[] = [];
   for (let i = 0; i < 3; i++) {
     const file = join(dir, `sentinel-${i}.conf`);
     writeFileSync(file, [
-      `sentinel monitor ${name} 127.0.0.1 ${master.port} 2`,
+      `sentinel monitor ${name} 127.0.0.1 ${announced(master)} 2`,
       `sentinel down-after-milliseconds ${name} 500`,
       `sentinel failover-timeout ${name} 5000`,
       ...(password ? [`sentinel auth-pass ${name} ${password}`] : []),
       ...(sentinelPassword ? [`requirepass ${sentinelPassword}`, `sentinel sentinel-pass ${sentinelPassword}`] : []),
       '',
     ].join('\n'));
-    sentinels.push(await startNode([file, '--sentinel'], dir));
+    sentinels.push(await startNode([file, '--sentinel', ...tlsServer], dir));
   }
   const askSentinel = (port: number, ...command: string[]): Promise<unknown> => ask(port, sentinelPassword, ...command);
-  const masterPort = async (): Promise<number> => Number(((await askSentinel(sentinels[0]!.port, 'SENTINEL', 'get-master-addr-by-name', name)) as string[])[1]);
+  /** The server the sentinels name as master now. */
+  const masterNode = async (): Promise<Node | undefined> => {
+    const port = Number(((await askSentinel(sentinels[0]!.port, 'SENTINEL', 'get-master-addr-by-name', name)) as string[])[1]);
+    return servers.find((n) => announced(n) === port);
+  };
   // Ready when every sentinel knows the other two and the replica is in sync.
   await until('the sentinels did not find each other and the replica', async () => {
     for (const s of sentinels) {
@@ -224,18 +234,18 @@ export async function startSentinels(options: { password?: string; sentinelPassw
     return replicasInSync([replica.port], password);
   });
   return {
-    sentinels: sentinels.map((s) => `127.0.0.1:${s.port}`),
+    sentinels: sentinels.map((s) => `127.0.0.1:${announced(s)}`),
     name,
-    masterPort,
+    masterPort: async () => (await masterNode())!.port,
+    keys: async (pattern) => (await ask((await masterNode())!.port, password, 'KEYS', pattern)) as string[],
     killMaster: async () => {
-      const port = await masterPort();
-      const victim = servers.find((n) => n.port === port)!;
+      const victim = (await masterNode())!;
       await terminate(victim.child, 'SIGKILL');
-      return until(`the sentinels did not promote a replica of ${port}`, async () => {
-        const now = await masterPort();
-        if (now === port) return undefined;
-        const role = String(await ask(now, password, 'ROLE'));
-        return role.startsWith('master') ? now : undefined;
+      return until(`the sentinels did not promote a replica of ${victim.port}`, async () => {
+        const now = await masterNode();
+        if (now === undefined || now === victim) return undefined;
+        const role = String(await ask(now.port, password, 'ROLE'));
+        return role.startsWith('master') ? now.port : undefined;
       });
     },
     stop: async () => {

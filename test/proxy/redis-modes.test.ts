@@ -190,6 +190,7 @@ describe('Redis over TLS', () => {
   let server: ReturnType<typeof spawnServer>;
   let pki: TestPki;
   let cluster: ClusterHandle | undefined;
+  let tlsSentinels: SentinelHandle | undefined;
   const running: Serving[] = [];
 
   beforeAll(async () => {
@@ -207,6 +208,7 @@ describe('Redis over TLS', () => {
     for (const s of running) s.child.kill('SIGKILL');
     await terminate(server, 'SIGTERM');
     await cluster?.stop();
+    await tlsSentinels?.stop();
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -247,17 +249,15 @@ describe('Redis over TLS', () => {
     expect(await redisCheck(s.management)).toEqual({ status: 'ok' });
   });
 
-  it('a Redis Cluster over TLS (bus and replication too), with AUTH: two replicas share answers through it', async () => {
-    cluster = await startCluster({ password: SERVER_PASSWORD, tls: pki });
-    const file = join(dir, 'cluster-tls.yaml');
-    writeFileSync(file, `cache:\n  redis:\n    mode: cluster\n    tls: true\n    nodes: [${cluster.nodes.map((n) => `"${n}"`).join(', ')}]\n`);
-    const settings = { TM_CACHE_CONFIG: file, NODE_EXTRA_CA_CERTS: pki.ca };
+  /** Two `serve` processes on `yaml`: the first fills a question, the second answers it from Redis once the entry is there. */
+  async function expectServesShare(yaml: string, entries: () => Promise<string[]>): Promise<void> {
+    const file = join(dir, `shared-${Math.random().toString(36).slice(2)}.yaml`);
+    writeFileSync(file, yaml);
+    const settings = { TM_CACHE_CONFIG: file, NODE_EXTRA_CA_CERTS: pki.ca, TM_CACHE_REDIS_SENTINEL_PASSWORD: SENTINEL_PASSWORD };
     const [a, b] = [await serve(settings), await serve(settings)];
     expect(await redisCheck(a.management)).toEqual({ status: 'ok' });
     const m = emulator.tokens.member(1);
     const path = freshPath(m.project_ids[0]!);
-    // Entries of runs lists ("tmc:{<key>}"; not their locks, "...}:lock").
-    const entries = (): Promise<string[]> => cluster!.keys('tmc:{*listRuns*}');
     const before = (await entries()).length;
     const ask = async (s: Serving) => {
       const res = await request(`${s.url}${path}`, { headers: { authorization: `Bearer ${m.token}` } });
@@ -271,6 +271,21 @@ describe('Redis over TLS', () => {
     expect(shared.cacheStatus).toMatch(/^tm-cache; hit; ttl=\d+; detail=redis$/);
     expect(shared.body.equals(filled.body)).toBe(true);
     expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs'] ?? 0).toBe(0);
+  }
+
+  // Entries of runs lists ("tmc:{<key>}"; not their locks, "...}:lock").
+  const RUNS_ENTRIES = 'tmc:{*listRuns*}';
+
+  it('a Redis Cluster over TLS (bus and replication too), with AUTH: two replicas share answers through it', async () => {
+    cluster = await startCluster({ password: SERVER_PASSWORD, tls: pki });
+    const nodes = cluster.nodes.map((n) => `"${n}"`).join(', ');
+    await expectServesShare(`cache:\n  redis:\n    mode: cluster\n    tls: true\n    nodes: [${nodes}]\n`, () => cluster!.keys(RUNS_ENTRIES));
+  }, 90_000);
+
+  it('Redis Sentinel over TLS (servers and sentinels), with AUTH on both: two replicas share answers through it', async () => {
+    tlsSentinels = await startSentinels({ password: SERVER_PASSWORD, sentinelPassword: SENTINEL_PASSWORD, tls: pki });
+    const list = tlsSentinels.sentinels.map((n) => `"${n}"`).join(', ');
+    await expectServesShare(`cache:\n  redis:\n    mode: sentinel\n    tls: true\n    sentinelName: ${tlsSentinels.name}\n    sentinels: [${list}]\n`, () => tlsSentinels!.keys(RUNS_ENTRIES));
   }, 90_000);
 
   it('refuses a server its CAs do not vouch for: degraded, never connected unverified, still answering', async () => {
