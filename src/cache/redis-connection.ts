@@ -77,6 +77,11 @@ const READY_POLL_MS = 20;
 const WAIT_FIRST_POLL_MS = 5;
 const WAIT_MAX_POLL_MS = 50;
 
+/** A lock's holder token (only it releases the lock) and its PX for `ttlMs` (at least 1 ms). */
+export function newLock(ttlMs: number): { token: string; px: number } {
+  return { token: randomBytes(16).toString('base64url'), px: Math.max(1, Math.ceil(ttlMs)) };
+}
+
 /** What a poll of `whileLocked` answers while the lock is still held: poll again. */
 export const STILL_LOCKED = Symbol('still locked');
 
@@ -242,8 +247,8 @@ export class RedisConnection {
    * itself, so a replica that dies holding it delays the others by at most `ttlMs`.
    */
   async tryLock(lockKey: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined> {
-    const token = randomBytes(16).toString('base64url');
-    const result = await this.call('lock', (c) => c.set(lockKey, token, 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX'), budget);
+    const { token, px } = newLock(ttlMs);
+    const result = await this.call('lock', (c) => c.set(lockKey, token, 'PX', px, 'NX'), budget);
     return result === 'OK' ? token : undefined;
   }
 

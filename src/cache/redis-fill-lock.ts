@@ -5,13 +5,12 @@
  *
  * Invariants: a lock expires by itself (PX), so a replica that dies holding it delays the
  * others by at most its TTL; only the holder's token releases it; and when Redis cannot answer,
- * `tryLock` grants nothing and `waitFor` returns at once, so every replica fills by itself.
+ * `claim` grants nothing and `waitFor` returns at once, so every replica fills by itself.
  */
-import { randomBytes } from 'node:crypto';
 import type { SharedTierBudget } from './budget.js';
 import { isFresh, type CacheEntry } from './entry.js';
 import type { LockClaim } from './fill.js';
-import { STILL_LOCKED, type RedisConnection } from './redis-connection.js';
+import { newLock, STILL_LOCKED, type RedisConnection } from './redis-connection.js';
 import type { RedisTier } from './redis-tier.js';
 
 const SCRIPTS = {
@@ -75,13 +74,12 @@ export class RedisFillLock {
       return token === undefined ? undefined : { token };
     }
     const [lockKey, entryKey] = [this.#connection.lockKey(key), this.#connection.entryKey(key)];
-    const token = randomBytes(16).toString('base64url');
-    const px = Math.max(1, Math.ceil(ttlMs));
+    const { token, px } = newLock(ttlMs);
     const claimed = await this.#connection.call('lock', (c) => (c as unknown as LockCommands).tmcClaimFillBuffer(lockKey, entryKey, token, px), budget);
     if (claimed === 1) return { token };
     if (!Buffer.isBuffer(claimed)) return undefined;
-    const entry = await this.#tier.fromStored(key, claimed);
-    if (entry !== undefined && isFresh(entry, this.#tier.now())) return { entry };
+    const entry = await this.#freshEntry(key, claimed);
+    if (entry !== undefined) return { entry };
     const locked = await this.tryLock(key, ttlMs, budget);
     return locked === undefined ? undefined : { token: locked };
   }
@@ -107,12 +105,15 @@ export class RedisFillLock {
       const polled = await this.#connection.call('lock', (c) => (c as unknown as LockCommands).tmcPollFillBuffer(lockKey, entryKey), budget);
       if (polled === -1) return STILL_LOCKED;
       if (!Array.isArray(polled)) return undefined; // nothing stored, nobody filling (or no answer)
-      // The entry is checked like any read of the tier (bound to its key, valid), and must be
-      // fresh: the stale one a refresh replaces is no result, nor is it once the holder gave up.
+      // The stale entry a refresh replaces is no result, nor is it once the holder gave up.
       const [stored, held] = polled;
-      const entry = await this.#tier.fromStored(key, stored);
-      if (entry !== undefined && isFresh(entry, this.#tier.now())) return entry;
-      return held === 1 ? STILL_LOCKED : undefined;
+      return (await this.#freshEntry(key, stored)) ?? (held === 1 ? STILL_LOCKED : undefined);
     });
+  }
+
+  /** A stored value as a fill's result: checked like any read of the tier (bound to its key, valid), and fresh. */
+  async #freshEntry(key: string, stored: Buffer): Promise<CacheEntry | undefined> {
+    const entry = await this.#tier.fromStored(key, stored);
+    return entry !== undefined && isFresh(entry, this.#tier.now()) ? entry : undefined;
   }
 }

@@ -103,8 +103,6 @@ export class ReadThrough {
   /**
    * `confirmed`: this request's access to the entry's project was just confirmed upstream, so
    * the check is not repeated (with `access.projectConfirmMs: 0` it would never pass).
-   */
-  /**
    * `acceptStored`: may a fill of this request be answered by an entry another replica stored
    * since the look-up? Not for no-cache, nor once the instance refused this caller's access.
    */

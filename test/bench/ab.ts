@@ -18,19 +18,18 @@ import { join } from 'node:path';
 import { Pool } from 'undici';
 import { choosePage, compareHits, type HitFigures, type Page } from './measure.js';
 import { installCleanup, pinSelf, stopAll } from './procs.js';
-import { fmt, printTable } from './report.js';
+import { envNumber, fmt, printTable } from './report.js';
 import { uniquePath } from './scenario-miss.js';
 import { LOAD_CPU, startEmulator, startTmCache, type Server } from './servers.js';
 
-const env = (name: string, fallback: number): number => (Number.isFinite(Number(process.env[name])) && process.env[name] ? Number(process.env[name]) : fallback);
 const BASE = process.env['BENCH_AB_BASE'];
 if (!BASE || !existsSync(join(BASE, 'dist/cli.js'))) {
   console.error('BENCH_AB_BASE must name a checkout with a built dist/cli.js (see the header of test/bench/ab.ts)');
   process.exit(2);
 }
-const DURATION_S = env('BENCH_DURATION_S', 20);
-const ROUNDS = env('BENCH_ROUNDS', 4);
-const MISSES = env('BENCH_MISSES', 300);
+const DURATION_S = envNumber('BENCH_DURATION_S', 20);
+const ROUNDS = envNumber('BENCH_ROUNDS', 4);
+const MISSES = envNumber('BENCH_MISSES', 300);
 
 installCleanup();
 pinSelf(LOAD_CPU);

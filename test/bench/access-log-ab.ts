@@ -10,10 +10,9 @@
 import { fileURLToPath } from 'node:url';
 import { choosePage, compareHits } from './measure.js';
 import { installCleanup, pinSelf, stopAll } from './procs.js';
-import { fmt, printTable } from './report.js';
+import { envNumber, fmt, printTable } from './report.js';
 import { LOAD_CPU, startEmulator, startTmCache } from './servers.js';
 
-const env = (name: string, fallback: number): number => (process.env[name] && Number.isFinite(Number(process.env[name])) ? Number(process.env[name]) : fallback);
 const DEVNULL = fileURLToPath(new URL('./devnull-stdout.mjs', import.meta.url));
 
 installCleanup();
@@ -27,8 +26,8 @@ try {
     await startTmCache(emulator.url, { name: 'all, stdout a drained pipe', env: { TM_CACHE_LOG_ACCESS: 'all' } }),
     await startTmCache(emulator.url, { name: 'all, stdout /dev/null', env: { TM_CACHE_LOG_ACCESS: 'all' }, nodeArgs: [DEVNULL] }),
   ];
-  const rounds = env('BENCH_ROUNDS', 4);
-  const figures = await compareHits(servers, page, { connections: 32, durationS: env('BENCH_DURATION_S', 10), warmupS: 2, rounds, headers: {} });
+  const rounds = envNumber('BENCH_ROUNDS', 4);
+  const figures = await compareHits(servers, page, { connections: 32, durationS: envNumber('BENCH_DURATION_S', 10), warmupS: 2, rounds, headers: {} });
   const off = figures[0]!;
   printTable(`memory hit, identity clients, ${page.path}, 32 connections, ${rounds} rotating rounds, log level info`, ['server', 'req/s', 'CPU µs/req', 'µs/req over off', 'errors'],
     figures.map((f) => [f.name, fmt(f.rps, 0), fmt(f.cpuUsPerReq, 2), f === off ? '' : fmt(f.cpuUsPerReq - off.cpuUsPerReq, 2), f.errors]));

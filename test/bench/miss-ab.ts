@@ -27,13 +27,12 @@ import { Pool } from 'undici';
 import { choosePage, type Page } from './measure.js';
 import { makeNginxPassConf, startNginx } from './peers.js';
 import { freePort, groupCpuSeconds, installCleanup, pinSelf, startProcess, stopAll, waitForHttp } from './procs.js';
-import { fmt, median, printTable, quantile } from './report.js';
+import { envNumber, fmt, median, printTable, quantile } from './report.js';
 import { uniquePath } from './scenario-miss.js';
 import { LOAD_CPU, ROOT, SERVER_CPU, startEmulator, startTmCache, type Server } from './servers.js';
 
-const env = (name: string, fallback: number): number => (process.env[name] && Number.isFinite(Number(process.env[name])) ? Number(process.env[name]) : fallback);
-const MISSES = env('BENCH_MISSES', 600);
-const WARMUP = env('BENCH_WARMUP', 300);
+const MISSES = envNumber('BENCH_MISSES', 600);
+const WARMUP = envNumber('BENCH_WARMUP', 300);
 const BASE = process.env['BENCH_AB_BASE'];
 
 async function startNginxProxyPass(dir: string, upstream: string): Promise<Server> {

@@ -18,17 +18,16 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { choosePage, compareHits, fetchPage, header, type HitFigures, type Page } from './measure.js';
 import { installCleanup, pinSelf, stopAll } from './procs.js';
-import { fmt, printTable } from './report.js';
+import { envNumber, fmt, printTable } from './report.js';
 import { CLI, LOAD_CPU, startEmulator, startRedis, startTmCache, type Server } from './servers.js';
 
-const env = (name: string, fallback: number): number => (process.env[name] && Number.isFinite(Number(process.env[name])) ? Number(process.env[name]) : fallback);
 const BASE = process.env['BENCH_AB_BASE'];
 if (!BASE || !existsSync(join(BASE, 'dist/cli.js'))) {
   console.error('BENCH_AB_BASE must name a checkout with a built dist/cli.js (see the header of test/bench/ab.ts)');
   process.exit(2);
 }
-const DURATION_S = env('BENCH_DURATION_S', 12);
-const ROUNDS = env('BENCH_ROUNDS', 3);
+const DURATION_S = envNumber('BENCH_DURATION_S', 12);
+const ROUNDS = envNumber('BENCH_ROUNDS', 3);
 const ENCRYPTED = process.env['BENCH_ENCRYPTED'] === '1';
 
 /** Fills the page, then waits for the fire-and-forget Redis write until a repeat says `detail=<tier>`. */

@@ -4,6 +4,12 @@
  */
 export type Cell = string | number | undefined;
 
+/** A number from the environment (BENCH_* knobs), else `fallback` when unset, empty or not a number. */
+export function envNumber(name: string, fallback: number): number {
+  const raw = process.env[name];
+  return raw !== undefined && raw !== '' && Number.isFinite(Number(raw)) ? Number(raw) : fallback;
+}
+
 export function fmt(value: number | undefined, digits = 2): string {
   if (value === undefined || Number.isNaN(value)) return '—';
   return value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });

@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { choosePage, type LoadOptions } from './measure.js';
 import { INSTALL_HINT, makeNginxPassConf, startNginx } from './peers.js';
 import { canPin, findBinary, freePort, installCleanup, pinSelf, stopAll, type Proc } from './procs.js';
-import { printSummary, type Check } from './report.js';
+import { envNumber, printSummary, type Check } from './report.js';
 import { runDashboardsScenario } from './scenario-dashboards.js';
 import { runEmulatorScenario } from './scenario-emulator.js';
 import { runHitScenario } from './scenario-hit.js';
@@ -33,11 +33,6 @@ import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
 import { runRedisScenario } from './scenario-redis.js';
 import { runSecurityScenario } from './scenario-security.js';
 import { LOAD_CPU, ROOT, SERVER_CPU, startEmulator, startTmCache, type Emulator } from './servers.js';
-
-const envNumber = (name: string, fallback: number): number => {
-  const raw = process.env[name];
-  return raw !== undefined && raw !== '' && Number.isFinite(Number(raw)) ? Number(raw) : fallback;
-};
 
 const DURATION_S = envNumber('BENCH_DURATION_S', 12);
 const WARMUP_S = envNumber('BENCH_WARMUP_S', 2);
