@@ -7,12 +7,11 @@
  *   GET  /admin/stats    requests by outcome and tier, hit ratio, offload, bytes, memory, Redis, upstream, top costs, the last 15 minutes
  *   GET  /               the status page (it asks for the token and polls /admin/stats)
  *
- * Enabled by `admin.token`: callers send `Authorization: Bearer <token>`, compared in constant
- * time (a wrong or missing one: 401). Without a token every one of these answers 404, as if it
- * did not exist. A purge applies on every replica (through the Redis invalidation channel when
+ * Enabled by `admin.token`: callers send `Authorization: Bearer <token>` (admin-guard.ts decides,
+ * on the route that matched: a wrong or missing one is 401, a source that keeps failing 429).
+ * Without a token every one of these answers 404, as if it did not exist. A purge applies on every replica (through the Redis invalidation channel when
  * there is one) and answers what this replica dropped; each is counted and logged at info.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { OPERATIONS, type Operation } from '../api/catalogue.js';
@@ -20,6 +19,7 @@ import type { CacheEntry } from '../cache/entry.js';
 import { operationTag } from '../cache/key.js';
 import { entrySizeBytes, type MemoryTier } from '../cache/memory-tier.js';
 import type { TierCounts } from '../cache/tiered.js';
+import { AdminGuard, type AdminRouteConfig } from './admin-guard.js';
 import type { Metrics } from './metrics.js';
 import type { RequestStats } from './stats.js';
 import { STATUS_PAGE_HEADERS, STATUS_PAGE_HTML } from './status-page.js';
@@ -64,57 +64,36 @@ const invalid = (param: string, rule: string): AdminInputError =>
   new AdminInputError(422, { message: 'The given data was invalid.', errors: { [param]: [rule] } });
 
 export function registerAdmin(app: FastifyInstance, deps: AdminDeps): void {
-  app.setErrorHandler((error: { statusCode?: number; message: string }, _request, reply) => {
-    if (error instanceof AdminInputError) return reply.code(error.status).send(error.body);
-    // A body fastify could not parse (not JSON, too large): the house error body, never a 500.
-    const status = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 500;
-    if (status === 500) deps.logger.error({ err: error.message }, 'admin request failed');
-    return reply.code(status).send({ message: status === 500 ? 'The admin request failed.' : `The request was refused: ${error.message}.`, errors: {} });
-  });
+  const guard = new AdminGuard({ token: deps.token, logger: deps.logger, now: deps.now, failed: () => deps.metrics.adminAuthFailure() });
+  // Encapsulated: the guard and the error handler apply to these routes and to nothing else.
+  void app.register(async (admin) => {
+    admin.addHook('onRequest', guard.check);
+    admin.setErrorHandler((error: { statusCode?: number; message: string }, _request, reply) => {
+      if (error instanceof AdminInputError) return reply.code(error.status).send(error.body);
+      // A body fastify could not parse (not JSON, too large): the house error body, never a 500.
+      const status = error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 500;
+      if (status === 500) deps.logger.error({ err: error.message }, 'admin request failed');
+      return reply.code(status).send({ message: status === 500 ? 'The admin request failed.' : `The request was refused: ${error.message}.`, errors: {} });
+    });
 
-  app.addHook('onRequest', async (request, reply) => {
-    if (!isAdminPath(request.url)) return;
-    const token = deps.token();
-    if (token === '') return reply.code(404).send({ message: 'Not found: the admin API is off (set admin.token to enable it).', errors: {} });
     // The status page holds no figure and asks for the token itself: a browser that navigates to
     // it cannot send a bearer header, so only what it fetches (/admin/stats) is guarded.
-    if (isStatusPage(request.url)) return;
-    if (!authorized(request.headers.authorization, token)) {
-      return reply.code(401).header('www-authenticate', 'Bearer realm="tm-cache admin"').send({ message: 'The admin token is missing or wrong.', errors: {} });
-    }
+    const publicRoute: { config: AdminRouteConfig } = { config: { public: true } };
+    admin.get('/', publicRoute, async (_request, reply) => reply.headers(STATUS_PAGE_HEADERS).send(STATUS_PAGE_HTML));
+
+    admin.post('/admin/purge', async (request, reply) => {
+      const what = parsePurge(request.body);
+      const counts = what.kind === 'all' ? await deps.cache.purgeAll() : await deps.cache.invalidateTag(what.tag);
+      const purged = counts.memory ?? 0;
+      deps.metrics.purge();
+      deps.logger.info({ purge: what.kind === 'all' ? 'all' : what.tag, purged, tiers: counts }, 'purge');
+      return reply.send({ purged, tiers: counts, ...(what.kind === 'tag' ? { tag: what.tag } : { all: true }) });
+    });
+
+    admin.get('/admin/entries', async (request, reply) => reply.send(listEntries(deps, request.query as Record<string, unknown>)));
+
+    admin.get('/admin/stats', async (_request, reply) => reply.header('cache-control', 'no-store').send(statsOf(deps)));
   });
-
-  app.get('/', async (_request, reply) => reply.headers(STATUS_PAGE_HEADERS).send(STATUS_PAGE_HTML));
-
-  app.post('/admin/purge', async (request, reply) => {
-    const what = parsePurge(request.body);
-    const counts = what.kind === 'all' ? await deps.cache.purgeAll() : await deps.cache.invalidateTag(what.tag);
-    const purged = counts.memory ?? 0;
-    deps.metrics.purge();
-    deps.logger.info({ purge: what.kind === 'all' ? 'all' : what.tag, purged, tiers: counts }, 'purge');
-    return reply.send({ purged, tiers: counts, ...(what.kind === 'tag' ? { tag: what.tag } : { all: true }) });
-  });
-
-  app.get('/admin/entries', async (request, reply) => reply.send(listEntries(deps, request.query as Record<string, unknown>)));
-
-  app.get('/admin/stats', async (_request, reply) => reply.header('cache-control', 'no-store').send(statsOf(deps)));
-}
-
-function isAdminPath(url: string): boolean {
-  return isStatusPage(url) || url.startsWith('/admin/') || url === '/admin';
-}
-
-function isStatusPage(url: string): boolean {
-  return url === '/' || url.startsWith('/?');
-}
-
-/** Constant time whatever the lengths: both sides are hashed to 32 bytes first. */
-function authorized(header: string | undefined, token: string): boolean {
-  if (header === undefined) return false;
-  const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
-  const given = createHash('sha256').update(match?.[1] ?? '').digest();
-  const expected = createHash('sha256').update(token).digest();
-  return timingSafeEqual(given, expected) && match !== null;
 }
 
 type Purge = { kind: 'all' } | { kind: 'tag'; tag: string };

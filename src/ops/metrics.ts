@@ -150,6 +150,8 @@ export interface Metrics {
   redisCommand(command: string, seconds: number): void;
   eviction(tier: string): void;
   purge(): void;
+  /** An admin API request refused for a missing or wrong token. */
+  adminAuthFailure(): void;
   identityLookup(result: IdentityLookupResult): void;
   bytesSent(bytes: number): void;
   notModifiedSaved(bytes: number): void;
@@ -163,7 +165,7 @@ export interface Metrics {
     readonly upstreamResponses: LabelledFamily;
     readonly evictions: LabelledFamily;
   };
-  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number };
+  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number };
 }
 
 export interface MetricsOptions {
@@ -199,10 +201,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
   const redisDuration = options.redis
     ? new LabelledFamily('tm_cache_redis_command_duration_seconds', 'Redis operations by kind (get, set, delete, tag, lock, json, publish, secret), answered or failed.', 'histogram', ['command'], REDIS_BUCKETS, registry)
     : undefined;
-  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0 };
+  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0 };
   counterOf(registry, 'tm_cache_bytes_sent_total', 'Body bytes sent to clients by the cache path (not passthrough).', () => totals.bytesSent);
   counterOf(registry, 'tm_cache_not_modified_bytes_saved_total', 'Body bytes not sent because a client\'s If-None-Match matched (304).', () => totals.notModifiedSaved);
   counterOf(registry, 'tm_cache_purges_total', 'Purges through the admin API (POST /admin/purge).', () => totals.purges);
+  counterOf(registry, 'tm_cache_admin_auth_failures_total', 'Admin API requests refused for a missing or wrong token (401), not counting those answered 429 to a source that kept failing.', () => totals.adminAuthFailures);
 
   return {
     registry,
@@ -223,6 +226,9 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
     purge() {
       totals.purges++;
+    },
+    adminAuthFailure() {
+      totals.adminAuthFailures++;
     },
     identityLookup(result) {
       identityLookups.inc(result === 'memo' ? memoLookups : identityLookups.slot(result));

@@ -24,3 +24,22 @@ export async function sendRaw(proxyUrl: string, target: string): Promise<RawResp
   return { status: Number(statusLine.split(' ')[1]), headers, text };
 }
 
+
+/**
+ * Any method and request target, byte for byte, with the given headers and an optional JSON body,
+ * over a fresh connection. A HEAD's response has no body; the server's close ends the exchange.
+ */
+export async function sendRawRequest(url: string, method: string, target: string, headers: Record<string, string> = {}, body?: string, localAddress?: string): Promise<RawResponse> {
+  const { hostname, port } = new URL(url);
+  const socket = connect({ port: Number(port), host: hostname, ...(localAddress === undefined ? {} : { localAddress }) });
+  const lines = [`${method} ${target} HTTP/1.1`, `Host: ${hostname}`, 'Connection: close'];
+  for (const [name, value] of Object.entries(headers)) lines.push(`${name}: ${value}`);
+  if (body !== undefined) lines.push('Content-Type: application/json', `Content-Length: ${Buffer.byteLength(body)}`);
+  socket.write(`${lines.join('\r\n')}\r\n\r\n${body ?? ''}`);
+  const chunks: Buffer[] = [];
+  for await (const chunk of socket) chunks.push(chunk as Buffer);
+  const [head = '', text = ''] = Buffer.concat(chunks).toString().split('\r\n\r\n', 2);
+  const [statusLine = '', ...headerLines] = head.split('\r\n');
+  const parsed = Object.fromEntries(headerLines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]));
+  return { status: Number(statusLine.split(' ')[1]), headers: parsed, text };
+}
