@@ -39,7 +39,7 @@ function resolve(pathname: string): RouteMatch | ValidationError | undefined {
   }
 }
 
-function routeKey(method: string, match: RouteMatch | ValidationError | undefined, pathname: string): string {
+function routeKey(method: string, match: RouteMatch | ValidationError | undefined): string {
   if (match === undefined) return `${method} ${UNMATCHED_ROUTE}`;
   if (match instanceof ValidationError) return `${method} ${MALFORMED_ROUTE}`;
   return `${method} ${API_PREFIX}${match.op.path}`;
@@ -74,7 +74,7 @@ async function handle(state: EmulatorState, request: FastifyRequest, reply: Fast
   const method = request.method;
   const match = resolve(pathname);
   const token = bearerToken(request);
-  state.stats.record(routeKey(method, match, pathname), token);
+  state.stats.record(routeKey(method, match), token);
   if (await injectFaults(state, request, reply)) return;
 
   if (match === undefined) return sendJson(reply, 404, makeErrorBody('Not found.', { path: [`No operation at ${pathname}.`] }));

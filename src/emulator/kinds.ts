@@ -6,7 +6,7 @@ import type { ExpandType } from '../api/catalogue.js';
 import type { Dataset } from './dataset.js';
 import type { AutomationSource, Closable, Group, Milestone, Project, Role, Run, Session, User } from './model.js';
 import {
-  JsonMemo, groupObject, milestoneObject, projectObject, resultJson, roleObject, runObject, sessionObject, sourceObject, userObject,
+  type JsonMemo, groupObject, milestoneObject, projectObject, resultJson, roleObject, runObject, sessionObject, sourceObject, userObject,
 } from './serialize.js';
 
 /** The dataset and its memoized JSON: what every read needs. */

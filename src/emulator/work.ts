@@ -9,7 +9,7 @@ import {
   type AutomationSource, type Milestone, type Run, type Session,
 } from './model.js';
 import type { Prng } from './prng.js';
-import { ResultStore } from './results.js';
+import { type ResultStore } from './results.js';
 
 const HOUR_MS = 3600 * 1000;
 const DAY_MS = 24 * HOUR_MS;

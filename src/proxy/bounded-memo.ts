@@ -17,6 +17,8 @@ export interface MemoStats {
   readonly bytes: number;
 }
 
+// lru-cache's own constraint on values (anything but null and undefined).
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
 export class BoundedMemo<V extends {}> {
   readonly #lru: LRUCache<string, V>;
 

@@ -44,7 +44,10 @@ function isJsonAnswer(res: UpstreamResponse): boolean {
   if (typeof value === 'string' && value === lastContentType) return lastIsJson;
   const type = mediaTypeOf(value);
   const json = type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json'));
-  if (typeof value === 'string') (lastContentType = value), (lastIsJson = json);
+  if (typeof value === 'string') {
+    lastContentType = value;
+    lastIsJson = json;
+  }
   return json;
 }
 

@@ -133,7 +133,10 @@ try {
   }
   const rows: Row[] = servers.map((server) => ({ server, pool: new Pool(server.url, { connections: 1 }), ms: [], misses: 0 }));
   for (let i = 0; i < WARMUP; i++) for (const row of rows) await ask(row, page);
-  for (const row of rows) (row.ms.length = 0), (row.misses = 0);
+  for (const row of rows) {
+    row.ms.length = 0;
+    row.misses = 0;
+  }
   const threads0 = rows.map((r) => threadCpuNs(r.server.proc.pid));
   const ns0 = rows.map((r) => groupCpuNs(r.server.proc.pid));
   const s0 = rows.map((r) => groupCpuSeconds(r.server.proc.pid));

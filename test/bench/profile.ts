@@ -73,7 +73,11 @@ function analyse(profile: CpuProfile, skipUs: number): void {
     return false;
   };
   let startup = 0;
-  for (const [id, us] of selfUs) if (isStartup(id)) (startup += us), selfUs.delete(id);
+  for (const [id, us] of selfUs) {
+    if (!isStartup(id)) continue;
+    startup += us;
+    selfUs.delete(id);
+  }
   const total = [...selfUs.values()].reduce((a, b) => a + b, 0);
   const idle = [...selfUs].filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)').reduce((a, [, v]) => a + v, 0);
   const busy = total - idle;

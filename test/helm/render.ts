@@ -350,7 +350,10 @@ export class Renderer {
         let out = '';
         for (const [key, item] of entries) {
           const each = inner();
-          if (pipe.decl.length === 2) [each.at(-1)!.set(pipe.decl[0]!, key), each.at(-1)!.set(pipe.decl[1]!, item)];
+          if (pipe.decl.length === 2) {
+            each.at(-1)!.set(pipe.decl[0]!, key);
+            each.at(-1)!.set(pipe.decl[1]!, item);
+          }
           else if (pipe.decl.length === 1) each.at(-1)!.set(pipe.decl[0]!, item);
           out += this.run(body, item, each);
         }

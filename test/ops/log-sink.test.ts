@@ -101,7 +101,10 @@ describe('LogSink', () => {
     const sink = new LogSink(write, { maxBytes: 64 * 1024, now: () => 42 });
     let accepted = 0;
     let refused = 0;
-    for (let i = 0; i < 5_000; i++) (sink.write(line(i)) ? accepted++ : refused++);
+    for (let i = 0; i < 5_000; i++) {
+      if (sink.write(line(i))) accepted++;
+      else refused++;
+    }
     expect(refused).toBeGreaterThan(3_000);
     expect(sink.dropped).toBe(refused);
     let received = '';

@@ -112,7 +112,7 @@ describe('with admin.token unset', () => {
       for (const route of [...ROUTES, '/']) {
         const targets = route === '/' ? ['/', '/?x=1', `http://${host}/`] : spellingsOf(route, host);
         for (const target of targets) {
-          for (const headers of [{}, { authorization: 'Bearer ' }, { authorization: `Bearer ${TOKEN}` }]) {
+          for (const headers of [{}, { authorization: "Bearer " }, { authorization: `Bearer ${TOKEN}` }] as Record<string, string>[]) {
             const method = route === '/admin/purge' ? 'POST' : 'GET';
             const res = await sendRawRequest(p.managementUrl, method, target, headers, method === 'POST' ? '{"all":true}' : undefined);
             expect(res.status, `${method} ${target}`).toBe(404);
