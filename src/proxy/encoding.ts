@@ -5,10 +5,12 @@
  * Clients send the same Accept-Encoding on every request, so the verdict is memoized per header
  * value: the hit path pays one Map lookup, not a parse.
  */
+import { LRUCache } from 'lru-cache';
 import type { CacheEntry } from '../cache/entry.js';
 
-const verdicts = new Map<string, boolean>();
+/** Distinct Accept-Encoding values remembered; past that the least recently seen is forgotten (never all at once). */
 const MAX_VERDICTS = 1_000;
+const verdicts = new LRUCache<string, boolean>({ max: MAX_VERDICTS });
 
 /** Does this Accept-Encoding value accept gzip? `gzip`, `x-gzip` or `*` with a q above 0. */
 export function acceptsGzip(header: string | undefined): boolean {
@@ -16,7 +18,6 @@ export function acceptsGzip(header: string | undefined): boolean {
   let verdict = verdicts.get(header);
   if (verdict === undefined) {
     verdict = parseAcceptsGzip(header);
-    if (verdicts.size >= MAX_VERDICTS) verdicts.clear();
     verdicts.set(header, verdict);
   }
   return verdict;

@@ -3,7 +3,7 @@
  *
  * Dashboards and CI agents repeat the same few URLs all day, so routing, validation,
  * normalization and the key suffix are computed once per distinct URL and the hit path pays a
- * single LRU lookup. Invariants (hardening issue, item 5): the memo is bounded in bytes
+ * single LRU lookup. Invariants: the memo is bounded in bytes
  * (`server.routeMemoMaxBytes`; a URL pushed out only costs a parse), and the pipeline fills it
  * only for a recognized caller, so requests without a credential, or with one the instance
  * refuses, leave nothing behind however many distinct URLs they send.
@@ -56,7 +56,10 @@ export function keyFor(info: CacheableRoute, scope: string): string {
   let key = info.keys.get(scope);
   if (key === undefined) {
     key = makeKey(scope as Scope, info.suffix);
-    if (info.keys.size >= MAX_KEYS_PER_ROUTE) info.keys.clear();
+    // Past the bound the oldest scope's key goes (a Map iterates in insertion order), one at a
+    // time: no cliff where every scope's key is made again at once. Not an LRUCache per route:
+    // each would allocate its arrays for MAX_KEYS_PER_ROUTE slots, times every memoized URL.
+    if (info.keys.size >= MAX_KEYS_PER_ROUTE) info.keys.delete(info.keys.keys().next().value!);
     info.keys.set(scope, key);
   }
   return key;
