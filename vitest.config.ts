@@ -1,13 +1,32 @@
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
+
+/**
+ * Two tiers. `unit`: pure functions and mechanisms against fakes below them (no socket, no
+ * process, no redis-server), seconds in all: `npm run test:unit`. `integration`: everything that
+ * talks to real servers (emulator, proxy, redis-server, Chromium) on loopback. `npm test` runs both.
+ */
+const UNIT = [
+  'test/api/*.test.ts',
+  'test/cache/{breaker,codec,coalesce,fill,memory-tier,policy}.test.ts',
+  'test/config/*.test.ts',
+  'test/emulator/dataset.test.ts',
+  'test/helm/chart.test.ts',
+  'test/ops/management.test.ts',
+  'test/proxy/{access-confirmation,read-through-units}.test.ts',
+  'test/bench/mix.test.ts',
+];
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    // Every test talks to real servers (emulator, proxy, redis-server) on loopback; on a
-    // 2-core CI machine a few workers is the sweet spot.
+    // Every integration test talks to real servers on loopback; on a 2-core CI machine a few
+    // workers is the sweet spot.
     pool: 'forks',
     maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 60_000,
+    projects: [
+      { extends: true, test: { name: 'unit', include: UNIT } },
+      { extends: true, test: { name: 'integration', include: ['test/**/*.test.ts'], exclude: [...configDefaults.exclude, ...UNIT] } },
+    ],
   },
 });
