@@ -73,6 +73,7 @@ export const ConfigSchema = section({
     connections: count(1, 64),
     maxConcurrent: count(1, 64),
     maxQueue: count(0, 1_024),
+    maxPerUser: count(1, 256),
     defaultRetryAfterMs: durationMs(1, 60_000),
     maxBodyBytes: count(1, 32 * MiB),
     maxRetryAfterMs: durationMs(1, 600_000),

@@ -94,10 +94,10 @@ export interface UpstreamObserver {
  */
 export function observeUpstream(upstream: UpstreamLane, health: UpstreamHealth, observe: UpstreamObserver): UpstreamLane {
   return {
-    get: async (path, headers) => {
+    get: async (path, headers, caller) => {
       const started = performance.now();
       try {
-        const res = await upstream.get(path, headers);
+        const res = await upstream.get(path, headers, caller);
         observe(operationOfPath(path), res.status, (performance.now() - started) / 1_000);
         health.record(res.status);
         return res;

@@ -87,7 +87,7 @@ export class ProjectAccess {
     const askedAt = this.o.now();
     let res: UpstreamResponse;
     try {
-      res = await this.o.upstream.get(`/api/v1/projects/${projectId}`, { authorization, ...UPSTREAM_HEADERS });
+      res = await this.o.upstream.get(`/api/v1/projects/${projectId}`, { authorization, ...UPSTREAM_HEADERS }, userId);
     } catch (err) {
       return { kind: 'failed', error: toUpstreamError(err) };
     }

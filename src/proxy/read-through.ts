@@ -23,6 +23,7 @@
 import { makePath } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
+import type { CoalescedRun } from '../cache/coalesce.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
@@ -123,15 +124,10 @@ export class ReadThrough {
 
   async #fillAndServe(d: Decision, found: Found | undefined, now: number, acceptStored: boolean): Promise<Served> {
     const job = this.#job(d, acceptStored);
-    const { promise, leader } = this.#filler.run(job);
+    const run = this.#filler.run(job);
     let result: FillResult<Unstored>;
     try {
-      result = await promise;
-      if (!leader && result.kind === 'other' && result.value.credentialId !== d.caller.credentialId) {
-        // Another token of the same user was refused: this one must be judged on its own.
-        const status = result.value.response.status;
-        if (status === 401 || status === 403) result = await this.#filler.runAlone(job);
-      }
+      result = await this.#resultFor(d, job, run);
     } catch (err) {
       const failure = toUpstreamError(err);
       if (found !== undefined && isUsableOnError(found.entry, now)) return staleOnError(found);
@@ -139,12 +135,34 @@ export class ReadThrough {
     }
     // Stored by another replica since the look-up: served as the Redis hit it is, access rules included.
     if (result.kind === 'entry' && result.storedEarlier) return this.#afterLookup(d, { entry: result.entry, tier: 'redis' }, this.o.now(), false, false);
-    const kind: OutcomeKind = leader ? 'miss' : 'coalesced';
+    const kind: OutcomeKind = run.leader ? 'miss' : 'coalesced';
     if (result.kind === 'entry') {
       const outcome: CacheOutcome = { kind, stored: result.stored, upstreamStatus: 200, ...(d.noCache ? { detail: 'no-cache' } : {}) };
       return { kind: 'entry', entry: result.entry, outcome };
     }
     return this.#afterRefusal(d, result.value.response, found, now, kind);
+  }
+
+  /**
+   * The fill's result for this caller. A follower refused on the leader's account asks on its own:
+   * another token of the same user refused (401/403), or the leader's share of the fill lanes full
+   * (`queue-full`: fair-lane.ts; verified admins share admin-scope fills), which says nothing of this
+   * caller's share.
+   */
+  async #resultFor(d: Decision, job: FillJob<Unstored>, run: CoalescedRun<FillResult<Unstored>>): Promise<FillResult<Unstored>> {
+    if (run.leader) return run.promise;
+    let result: FillResult<Unstored>;
+    try {
+      result = await run.promise;
+    } catch (err) {
+      if (toUpstreamError(err).code === 'queue-full') return this.#filler.runAlone(job);
+      throw err;
+    }
+    if (result.kind === 'other' && result.value.credentialId !== d.caller.credentialId) {
+      const status = result.value.response.status;
+      if (status === 401 || status === 403) return this.#filler.runAlone(job);
+    }
+    return result;
   }
 
   /**
@@ -202,7 +220,8 @@ export class ReadThrough {
         const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);
         const askedAt = this.o.now();
         const started = performance.now();
-        const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS });
+        // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
+        const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS }, d.caller.userId);
         d.upstreamMs = performance.now() - started;
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (isApiAnswer(res)) access.afterFill(answered, res.status);

@@ -13,11 +13,18 @@
  * Bounds (hardening issue, items 5 and 6): no answer is read past `upstream.maxBodyBytes`: one
  * announced larger, or growing larger, is aborted (the connection closed) and becomes a 502
  * `too-large`. Each lane (`withLane`) has its own concurrency and queue over the one pool, so
- * identity look-ups for unknown tokens cannot take the slots of cache fills.
+ * identity look-ups for unknown tokens cannot take the slots of cache fills. Within the fills'
+ * lane each user has a share (`upstream.maxPerUser`) and slots go round-robin between users
+ * (fair-lane.ts), so one member's flood of cold questions cannot starve the others' misses.
  */
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Config } from '../config/schema.js';
+import { FairLane, type LaneCaller, type LaneLimits } from './fair-lane.js';
+import { UpstreamError } from './upstream-error.js';
+
+export { UpstreamError, type UpstreamErrorCode } from './upstream-error.js';
+export type { LaneCaller, LaneLimits } from './fair-lane.js';
 
 export interface UpstreamResponse {
   readonly status: number;
@@ -28,34 +35,14 @@ export interface UpstreamResponse {
 /** What every upstream request asks for: JSON, as identity bytes the cache can store and encode itself. */
 export const UPSTREAM_HEADERS = { accept: 'application/json', 'accept-encoding': 'identity' } as const;
 
-/** `bad-answer`: the upstream answered, but not as the API does (not JSON where JSON is due); `too-large`: above upstream.maxBodyBytes. */
-export type UpstreamErrorCode = 'timeout' | 'connect' | 'reset' | 'bad-answer' | 'queue-full' | 'closed' | 'too-large';
-
-export class UpstreamError extends Error {
-  readonly code: UpstreamErrorCode;
-  readonly status: 502 | 503 | 504;
-
-  constructor(code: UpstreamErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'UpstreamError';
-    this.code = code;
-    this.status = code === 'timeout' ? 504 : code === 'queue-full' ? 503 : 502;
-  }
-}
-
 /** The `upstream` section of the config, less what the proxy itself handles (Retry-After, passthrough). */
 export type UpstreamOptions = Omit<Config['upstream'], 'defaultRetryAfterMs' | 'maxRetryAfterMs' | 'forwardPrefixes'>;
 
 /** What the read-through needs from upstream; tests may substitute it, production uses UpstreamClient. */
 export interface Upstream {
-  get(path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse>;
+  /** `caller`: the user on whose behalf the request is made, whose share of the lane it takes (fair-lane.ts). */
+  get(path: string, headers: Readonly<Record<string, string>>, caller?: LaneCaller): Promise<UpstreamResponse>;
   close(): Promise<void>;
-}
-
-/** Limits of one lane: requests in flight at once, and how many may wait for a slot. */
-export interface LaneLimits {
-  readonly maxConcurrent: number;
-  readonly maxQueue: number;
 }
 
 /** An Upstream with its own budget over a shared pool (see UpstreamClient.withLane). */
@@ -63,46 +50,11 @@ export interface UpstreamLane extends Upstream {
   readonly load: { active: number; queued: number };
 }
 
-/** A bound on concurrent requests with a bounded queue; past the queue, `queue-full` at once. */
-class Lane {
-  private active = 0;
-  private readonly queue: Array<() => void> = [];
-
-  constructor(private readonly limits: LaneLimits) {}
-
-  get load(): { active: number; queued: number } {
-    return { active: this.active, queued: this.queue.length };
-  }
-
-  /** A slot: undefined when one was free (taken at once, no promise), else a promise of one. */
-  acquire(): Promise<void> | undefined {
-    if (this.active < this.limits.maxConcurrent) {
-      this.active++;
-      return undefined;
-    }
-    if (this.queue.length >= this.limits.maxQueue) {
-      return Promise.reject(new UpstreamError('queue-full', 'too many requests waiting for the upstream'));
-    }
-    return new Promise((resolve) => this.queue.push(() => (this.active++, resolve())));
-  }
-
-  release(): void {
-    this.active--;
-    const next = this.queue.shift();
-    if (next) next();
-  }
-
-  /** Lets every waiter go (on close: their dispatch then fails as `closed`). */
-  wakeAll(): void {
-    for (const wake of this.queue.splice(0)) wake();
-  }
-}
-
 export class UpstreamClient implements UpstreamLane {
   private readonly pool: Pool;
   private readonly basePath: string;
-  private readonly lane: Lane;
-  private readonly lanes: Lane[] = [];
+  private readonly lane: FairLane;
+  private readonly lanes: FairLane[] = [];
 
   constructor(private readonly options: UpstreamOptions) {
     const url = new URL(options.url);
@@ -114,7 +66,7 @@ export class UpstreamClient implements UpstreamLane {
       bodyTimeout: options.bodyTimeoutMs,
       keepAliveTimeout: 30_000,
     });
-    this.lane = this.addLane(options);
+    this.lane = this.addLane({ maxConcurrent: options.maxConcurrent, maxQueue: options.maxQueue, maxPerCaller: options.maxPerUser });
   }
 
   /** Requests in flight upstream and waiting for a slot (this client's own lane). */
@@ -122,8 +74,8 @@ export class UpstreamClient implements UpstreamLane {
     return this.lane.load;
   }
 
-  get(path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
-    return this.getIn(this.lane, path, headers);
+  get(path: string, headers: Readonly<Record<string, string>>, caller?: LaneCaller): Promise<UpstreamResponse> {
+    return this.getIn(this.lane, path, headers, caller);
   }
 
   /**
@@ -133,7 +85,7 @@ export class UpstreamClient implements UpstreamLane {
   withLane(limits: LaneLimits): UpstreamLane {
     const lane = this.addLane(limits);
     return {
-      get: (path, headers) => this.getIn(lane, path, headers),
+      get: (path, headers, caller) => this.getIn(lane, path, headers, caller),
       close: async () => lane.wakeAll(),
       get load() {
         return lane.load;
@@ -146,25 +98,25 @@ export class UpstreamClient implements UpstreamLane {
     await this.pool.close();
   }
 
-  private addLane(limits: LaneLimits): Lane {
-    const lane = new Lane({ maxConcurrent: limits.maxConcurrent, maxQueue: limits.maxQueue });
+  private addLane(limits: LaneLimits): FairLane {
+    const lane = new FairLane(limits);
     this.lanes.push(lane);
     return lane;
   }
 
   /** With a free slot (the common case) the request is dispatched at once: no promise waits for the lane. */
-  private getIn(lane: Lane, path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
-    const waiting = lane.acquire();
-    if (waiting === undefined) return this.dispatch(lane, path, headers);
-    return waiting.then(() => this.dispatch(lane, path, headers), (err: unknown) => Promise.reject(toUpstreamError(err)));
+  private getIn(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller): Promise<UpstreamResponse> {
+    const waiting = lane.acquire(caller);
+    if (waiting === undefined) return this.dispatch(lane, path, headers, caller);
+    return waiting.then(() => this.dispatch(lane, path, headers, caller), (err: unknown) => Promise.reject(toUpstreamError(err)));
   }
 
-  /** One request on a slot of `lane` already taken; the slot is released when the answer settles, once. */
-  private dispatch(lane: Lane, path: string, headers: Readonly<Record<string, string>>): Promise<UpstreamResponse> {
+  /** One request on a slot of `lane` already taken for `caller`; the slot is released when the answer settles, once. */
+  private dispatch(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller): Promise<UpstreamResponse> {
     return new Promise<UpstreamResponse>((resolve, reject) => {
       const collector = new BodyCollector(
-        (res) => (lane.release(), resolve(res)),
-        (err) => (lane.release(), reject(toUpstreamError(err))),
+        (res) => (lane.release(caller), resolve(res)),
+        (err) => (lane.release(caller), reject(toUpstreamError(err))),
         this.options.maxBodyBytes,
       );
       try {

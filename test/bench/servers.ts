@@ -23,6 +23,7 @@ export interface Server {
   readonly managementUrl?: string;
 }
 
+import type { Faults } from '../../src/emulator/faults.js';
 import type { TokenInfo } from '../../src/emulator/state.js';
 
 export type { TokenInfo };
@@ -35,6 +36,8 @@ export interface Emulator extends Server {
   mutate(body: Record<string, unknown>): Promise<any>;
   /** A new token for each user (`issue_token`), with the user's projects. */
   issueTokens(userIds: readonly number[]): Promise<TokenInfo[]>;
+  /** PUT /__emulator/faults (src/emulator/faults.ts): replaces the injected faults, e.g. `{ latency_ms: 400 }`; `{}` clears them. */
+  faults(faults: Faults): Promise<void>;
 }
 
 /** The emulator (seed 42) on the load core; `medium` unless a scenario needs more users (`large`: 600). */
@@ -57,6 +60,7 @@ export async function startEmulator(scale: 'small' | 'medium' | 'large' = 'mediu
     tokens: (await control('GET', '/tokens')) as TokenInfo[],
     stats: () => control('GET', '/stats'),
     resetStats: async () => void (await control('POST', '/stats/reset')),
+    faults: async (faults) => void (await control('PUT', '/faults', faults)),
     mutate,
     issueTokens: async (userIds) => {
       const out: TokenInfo[] = [];

@@ -289,6 +289,25 @@ describe('ReadThrough over a fake cache and a fake upstream', () => {
     expect(paths.length).toBe(2);
   });
 
+  it('asks again with its own share of the lanes a follower coalesced onto an admin’s fill refused for that admin’s share', async () => {
+    const asked: Array<number | undefined> = [];
+    const upstream: Upstream = {
+      // User 1 is past their share of the fill lanes (fair-lane.ts); anyone else is served.
+      get: async (_path, _headers, caller) => {
+        asked.push(caller);
+        if (caller === 1) throw new UpstreamError('queue-full', 'too many of this caller’s requests waiting for the upstream');
+        return json(200, { result: [] });
+      },
+      close: async () => undefined,
+    };
+    const rt = readThrough(fakeCache().cache, upstream, { t: T0 });
+    const flooder = rt.serve(decideFor('/api/v1/users', caller(1, T0 + 1)), T0);
+    const other = rt.serve(decideFor('/api/v1/users', caller(4, T0 + 1)), T0);
+    expect(await flooder).toMatchObject({ kind: 'local', status: 503 });
+    expect(await other).toMatchObject({ kind: 'entry', outcome: { upstreamStatus: 200 } });
+    expect(asked).toEqual([1, 4]);
+  });
+
   it('does not look up what the caller may not read: an unverified admin goes upstream under their own fill key', async () => {
     const { cache, entries } = fakeCache();
     const { upstream, paths } = fakeUpstream(() => json(403, makeErrorBody('Admins only.')));

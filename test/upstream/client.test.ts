@@ -35,7 +35,7 @@ afterAll(async () => {
 });
 
 function options(over: Partial<UpstreamOptions> = {}): UpstreamOptions {
-  return { url, connectTimeoutMs: 2_000, headersTimeoutMs: 5_000, bodyTimeoutMs: 5_000, connections: 4, maxConcurrent: 4, maxQueue: 4, maxBodyBytes: 1 << 20, ...over };
+  return { url, connectTimeoutMs: 2_000, headersTimeoutMs: 5_000, bodyTimeoutMs: 5_000, connections: 4, maxConcurrent: 4, maxQueue: 4, maxPerUser: 8, maxBodyBytes: 1 << 20, ...over };
 }
 
 describe('UpstreamClient', () => {
@@ -79,6 +79,26 @@ describe('UpstreamClient', () => {
       held.shift()!.writeHead(200, { 'content-type': 'application/json' }).end('{}');
       expect((await first).body.toString()).toBe('{}');
       expect((await second).body.equals(BODY)).toBe(true);
+      expect(client.load).toEqual({ active: 0, queued: 0 });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('refuses a user past maxPerUser while another user’s request still queues, and runs it next', async () => {
+    const client = new UpstreamClient(options({ maxConcurrent: 1, maxQueue: 4, maxPerUser: 2 }));
+    try {
+      const first = client.get('/slow', {}, 7);
+      const second = client.get('/length', {}, 7);
+      const third = await client.get('/length', {}, 7).catch((e: unknown) => e);
+      expect((third as UpstreamError).code).toBe('queue-full');
+      const other = client.get('/length', {}, 8);
+      expect(client.load).toEqual({ active: 1, queued: 2 });
+      await expect.poll(() => held.length).toBe(1);
+      held.shift()!.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      expect((await first).status).toBe(200);
+      expect((await second).body.equals(BODY)).toBe(true);
+      expect((await other).body.equals(BODY)).toBe(true);
       expect(client.load).toEqual({ active: 0, queued: 0 });
     } finally {
       await client.close();
