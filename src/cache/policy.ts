@@ -49,6 +49,8 @@ const SHARES_SETTLED: ReadonlySet<ResourceName> = new Set(
   Object.values(RESOURCES).flatMap((spec) => (spec.settledWith === null ? [] : [spec.settledWith])),
 );
 
+const PROJECT_TAG_PREFIX = 'project:';
+
 /** The invalidation tag of one resource: `run:7`. */
 function tagOf(resource: ResourceName, id: number): string {
   return `${resource}:${id}`;
@@ -78,6 +80,7 @@ export class FreshnessPolicy {
     } else {
       settled = this.settledByParent(op.resource, req.ids);
     }
+    this.tieToKnownProject(tags);
     if (isSiteWideList(op)) tags.push(op.resource);
     const rule: FreshnessRule = settled
       ? this.freshness.settled
@@ -102,6 +105,23 @@ export class FreshnessPolicy {
       if (project !== undefined) tags.push(tagOf('project', project));
     }
     return [...new Set(tags)];
+  }
+
+  /**
+   * An answer reached through a resource whose project was learned (a run's results: their path
+   * names the run, their body is not read) reveals that project as much as the resource does: it
+   * carries the project's tag too, so a revoked access gates it (access-confirmation.ts) and a
+   * write to the project drops it. Left untagged when the project was never learned here.
+   */
+  private tieToKnownProject(tags: string[]): void {
+    if (tags.some((tag) => tag.startsWith(PROJECT_TAG_PREFIX))) return;
+    for (const tag of tags) {
+      const project = this.projectOf.get(tag);
+      if (project !== undefined) {
+        tags.push(tagOf('project', project));
+        return;
+      }
+    }
   }
 
   /** A list of a resource that shares its parent's settled state (a closed run's results), when the parent was seen settled. */

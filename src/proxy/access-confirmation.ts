@@ -17,7 +17,14 @@
  *   came back: a confirmation never outlives its promise.
  * - A 403/404 forgets the confirmation here and in the shared store; the caller (read-through,
  *   through the access rules) drops the user's entries of that project.
+ * - Every answer that reveals anything of a project is gated, whatever its path names. One that
+ *   names a single project (its tag: from the path, the body's `project_id`, or the project the
+ *   policy learned for a resource in the path, as for a run's results) is gated by that
+ *   project's confirmation. One whose projects cannot be confirmed one by one (`GET /projects`
+ *   lists many; the results of a run whose project this replica never learned name none) is its
+ *   own confirmation: served for `access.projectConfirmMs` from its fill, then asked again.
  */
+import type { Operation } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
 import { Coalescer } from '../cache/coalesce.js';
 import type { CacheEntry } from '../cache/entry.js';
@@ -62,6 +69,14 @@ export class ProjectAccess {
   isConfirmed(userId: number, projectId: number, now: number): boolean {
     const until = this.#byUser.get(userId)?.get(projectId);
     return until !== undefined && now < until;
+  }
+
+  /**
+   * The hit path, for an answer whose projects cannot be confirmed one by one: the fill that
+   * stored it at `storedAt` confirmed them, for `access.projectConfirmMs`. A comparison.
+   */
+  isConfirmedByFill(storedAt: number, now: number): boolean {
+    return now < storedAt + this.o.confirmMs;
   }
 
   /** A fresh 200 of the project for the user, asked at `askedAt`: confirmed from then on. */
@@ -125,6 +140,15 @@ export class ProjectAccess {
 }
 
 const CONFIRMED: Confirmation = Object.freeze({ kind: 'confirmed' });
+
+/**
+ * Does an answer of this operation reveal anything of a project? Every operation but the
+ * admin-only ones (shared among verified admins, gated by `access.ttlMs`: users, roles, groups
+ * name no project) and `GET /user` (the caller themself).
+ */
+export function revealsProjects(op: Operation): boolean {
+  return !op.adminOnly && op.resource !== 'current_user';
+}
 
 /** The project an entry belongs to (its `project:<id>` tag), read once per entry object. */
 const projects = new WeakMap<CacheEntry, number | null>();

@@ -4,6 +4,7 @@
  *   tiers, in order (memory answers synchronously)
  *        │ an entry of a project whose access by this user lapsed (access-confirmation.ts):
  *        │ confirm first (async) ── refused ─▶ the user's entries of the project dropped, filled
+ *        │ an entry of projects not confirmable one by one, past projectConfirmMs from its fill ─▶ filled
  *        ▼ ──fresh──▶ hit
  *        │ stale within stale-while-revalidate ─▶ serve it, refresh in background (coalesced)
  *        ▼ missing, or the client asked to revalidate
@@ -30,7 +31,7 @@ import type { FreshnessPolicy } from '../cache/policy.js';
 import type { TierName } from '../cache/tier.js';
 import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
-import { projectOf, type ProjectAccess } from './access-confirmation.js';
+import { projectOf, revealsProjects, type ProjectAccess } from './access-confirmation.js';
 import type { Decision } from './decide.js';
 import type { RetryAfterGate } from './retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './served.js';
@@ -48,6 +49,12 @@ export interface ReadCache extends FillStore {
   get(key: string, now?: number, budget?: SharedTierBudget): Found | undefined | Promise<Found | undefined>;
   delete(key: string): Promise<void>;
 }
+
+/**
+ * Whether the caller's access to what a held entry reveals is confirmed. An unconfirmed caller is
+ * never served it stale for a rate limit, and for a failure only as `#unconfirmedOnFailure` allows.
+ */
+type Standing = 'confirmed' | 'unconfirmed';
 
 /** What a fill hands back when it stored nothing: the upstream answer, and whose credential got it. */
 interface Unstored {
@@ -122,7 +129,7 @@ export class ReadThrough {
     return this.#fillAndServe(d, found, now, acceptStored);
   }
 
-  async #fillAndServe(d: Decision, found: Found | undefined, now: number, acceptStored: boolean): Promise<Served> {
+  async #fillAndServe(d: Decision, found: Found | undefined, now: number, acceptStored: boolean, standing: Standing = 'confirmed'): Promise<Served> {
     const job = this.#job(d, acceptStored);
     const run = this.#filler.run(job);
     let result: FillResult<Unstored>;
@@ -130,6 +137,7 @@ export class ReadThrough {
       result = await this.#resultFor(d, job, run);
     } catch (err) {
       const failure = toUpstreamError(err);
+      if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now);
       if (found !== undefined && isUsableOnError(found.entry, now)) return staleOnError(found);
       return upstreamFailure(failure);
     }
@@ -140,7 +148,7 @@ export class ReadThrough {
       const outcome: CacheOutcome = { kind, stored: result.stored, upstreamStatus: 200, ...(d.noCache ? { detail: 'no-cache' } : {}) };
       return { kind: 'entry', entry: result.entry, outcome };
     }
-    return this.#afterRefusal(d, result.value.response, found, now, kind);
+    return this.#afterRefusal(d, result.value.response, found, now, kind, standing);
   }
 
   /**
@@ -167,17 +175,21 @@ export class ReadThrough {
 
   /**
    * The hit path's access check: a user's entry of a project, whose access by that user was not
-   * confirmed within `access.projectConfirmMs`. A WeakMap and two Map lookups, a comparison.
+   * confirmed within `access.projectConfirmMs`; or an entry of projects that cannot be confirmed
+   * one by one, stored longer ago than that. A WeakMap and two Map lookups, a comparison.
    */
   #needsConfirmation(d: Decision, entry: CacheEntry, now: number): boolean {
-    if (d.req.op.adminOnly) return false; // shared admin answers name no project; verified by access.ttlMs
+    const op = d.req.op;
+    if (!revealsProjects(op)) return false; // shared admin answers are verified by access.ttlMs; GET /user names no project
     const projectId = projectOf(entry);
-    return projectId !== undefined && !this.o.projects.isConfirmed(d.caller.userId, projectId, now);
+    if (projectId !== undefined) return !this.o.projects.isConfirmed(d.caller.userId, projectId, now);
+    return !this.o.projects.isConfirmedByFill(entry.storedAt, now);
   }
 
   /** A due confirmation: asked (coalesced, shared), then the entry is served, or dropped and the request filled. */
   async #confirmThenServe(d: Decision, found: Found): Promise<Served> {
-    const projectId = projectOf(found.entry)!;
+    const projectId = projectOf(found.entry);
+    if (projectId === undefined) return this.#refillUnconfirmed(d, found);
     // A rate-limited caller is not asked about upstream: unconfirmed, they get the 429 (never the entry).
     if (this.o.gate.blockedMs(d.caller.userId, this.o.now()) > 0) return this.#afterLookup(d, undefined, this.o.now(), true, false);
     const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId, d);
@@ -192,6 +204,20 @@ export class ReadThrough {
   }
 
   /**
+   * An entry whose projects cannot be confirmed one by one (`GET /projects`; the results of a run
+   * whose project this replica never learned), past `access.projectConfirmMs` from its fill: the
+   * instance's answer to the request itself is the confirmation. Filled as a miss, never taken
+   * from another replica's store; while the instance fails, the held entry is served only as to
+   * any caller whose access could not be confirmed.
+   */
+  #refillUnconfirmed(d: Decision, found: Found): Served | Promise<Served> {
+    const now = this.o.now();
+    // A rate-limited caller is not asked about upstream: unconfirmed, they get the 429 (never the entry).
+    if (this.o.gate.blockedMs(d.caller.userId, now) > 0) return this.#afterLookup(d, undefined, now, true, false);
+    return this.#fillAndServe(d, found, now, false, 'unconfirmed');
+  }
+
+  /**
    * May a caller whose identity or project access could not be confirmed get a stale entry?
    * Only when the instance itself failed (refused, reset, 5xx, timeout) and `identity.staleOnOutage`
    * allows it; never on tm-cache's own `queue-full`, which anyone can cause with junk tokens.
@@ -201,9 +227,9 @@ export class ReadThrough {
   }
 
   /** What a caller that could not be confirmed gets when asking failed: stale within stale-if-error when allowed, else the failure. */
-  #unconfirmedOnFailure(found: Found | undefined, err: UpstreamError, now: number): Served {
+  #unconfirmedOnFailure(found: Found | undefined, err: UpstreamError, now: number, upstreamStatus?: number): Served {
     const usable = found !== undefined && this.#servesStaleOnOutage(err) && isUsableOnError(found.entry, now);
-    return usable ? staleOnError(found) : upstreamFailure(err);
+    return usable ? staleOnError(found, upstreamStatus) : upstreamFailure(err, upstreamStatus);
   }
 
   /** The fill of one decided request: ask upstream with the caller's credential, keep what is storable. */
@@ -235,9 +261,9 @@ export class ReadThrough {
     };
   }
 
-  #afterRefusal(d: Decision, res: UpstreamResponse, found: Found | undefined, now: number, kind: OutcomeKind): Served {
+  #afterRefusal(d: Decision, res: UpstreamResponse, found: Found | undefined, now: number, kind: OutcomeKind, standing: Standing): Served {
     const status = res.status;
-    const stale = found !== undefined && isUsableOnError(found.entry, now) ? found : undefined;
+    const stale = standing === 'confirmed' && found !== undefined && isUsableOnError(found.entry, now) ? found : undefined;
     if (status === 429) {
       const waitMs = this.o.gate.block(d.caller.userId, res.headers['retry-after'], now);
       if (stale) return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'rate-limited', upstreamStatus: 429 } };
@@ -246,6 +272,7 @@ export class ReadThrough {
     }
     const failure = failureOf(res);
     if (failure !== undefined) {
+      if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now, status);
       if (stale) return staleOnError(stale, status);
       return upstreamFailure(failure, status);
     }

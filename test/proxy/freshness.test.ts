@@ -12,6 +12,9 @@ const env = proxyOverEmulator(
   {
     upstream: { headersTimeoutMs: 500, bodyTimeoutMs: 500, connectTimeoutMs: 500 },
     identity: { ttlMs: 10 * 3_600_000 },
+    // Project access is kept out of these freshness tests (test/security/revocation*.test.ts cover
+    // it): a project list past access.projectConfirmMs from its fill is asked again, never served stale.
+    access: { projectConfirmMs: 10 * 3_600_000 },
     cache: { staleIfErrorMs: 3_600_000, freshness: { default: { ttlMs: TTL_MS, staleWhileRevalidateMs: SWR_MS } } },
   },
   now,
