@@ -11,8 +11,11 @@
  */
 import { DEFAULT_MAX_ENTRY_BYTES } from '../config/schema.js';
 import type { SharedTierBudget } from './budget.js';
-import { encodeEntry, openEntry } from './codec.js';
+import { boundClaims } from './claims.js';
+import { encodeEntry, openEntry, type ClaimCheck } from './codec.js';
 import { bodyLengthOf, expiresAt, type CacheEntry } from './entry.js';
+import { describeKey } from './key.js';
+import type { ClaimLimits } from './policy.js';
 import type { RedisConnection, RedisFailureStats } from './redis-connection.js';
 import type { CacheTier } from './tier.js';
 
@@ -21,6 +24,8 @@ export interface RedisTierOptions {
   maxEntryBytes?: number;
   /** Clock in ms since epoch for TTLs and expiry; injectable for tests. */
   now?: () => number;
+  /** What an entry read back may claim, per cache key (policy.ts `claimLimitsOf`); unbounded without. */
+  claimLimits?: (key: string) => ClaimLimits;
 }
 
 export interface RedisTierStats extends RedisFailureStats {
@@ -53,6 +58,7 @@ export class RedisTier implements CacheTier {
   /** Entries with a larger body are not stored (`cache.redis.maxEntryBytes`). */
   readonly maxEntryBytes: number;
   readonly #now: () => number;
+  #claimLimits: ((key: string) => ClaimLimits) | undefined;
   /** Writes not yet acknowledged, per key: the fill lock's unlock waits for them. */
   readonly #pendingWrites = new Map<string, Promise<void>>();
   #hits = 0;
@@ -62,7 +68,13 @@ export class RedisTier implements CacheTier {
     this.connection = connection;
     this.maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_ENTRY_BYTES;
     this.#now = options.now ?? Date.now;
+    this.#claimLimits = options.claimLimits;
     connection.defineScripts(SCRIPTS);
+  }
+
+  /** New limits of what entries read back may claim (a reload changed the freshness rules). */
+  limitClaims(claimLimits: (key: string) => ClaimLimits): void {
+    this.#claimLimits = claimLimits;
   }
 
   /** The tier's clock (the one that judges expiry). */
@@ -152,16 +164,24 @@ export class RedisTier implements CacheTier {
   }
 
   /**
-   * The stored value of `key` as an entry, if it was written for that key, is valid and has not
-   * expired by our clock; otherwise a miss (refused: counted, logged, deleted when tampered).
+   * The stored value of `key` as an entry, if it was written for that key and is valid, with
+   * its freshness, stale windows and tags bounded by this reader's settings (claims.ts), and
+   * not expired by our clock after that; otherwise a miss (refused: counted and logged, left in
+   * Redis).
    */
   async fromStored(key: string, stored: Buffer, now?: number): Promise<CacheEntry | undefined> {
     const guard = this.connection.guardFor('decode');
     if (!guard) return undefined;
+    const at = now ?? this.#now();
     const entryKey = this.connection.entryKey(key);
-    const decoded = await openEntry(stored, guard, entryKey);
+    const decoded = await openEntry(stored, guard, entryKey, this.#claimCheck(key, at));
     if (decoded.kind !== 'ok') return this.connection.refuse(entryKey, decoded);
-    return expiresAt(decoded.value) > (now ?? this.#now()) ? decoded.value : undefined;
+    return expiresAt(decoded.value) > at ? decoded.value : undefined;
+  }
+
+  #claimCheck(key: string, now: number): ClaimCheck | undefined {
+    const limits = this.#claimLimits?.(key);
+    return limits && ((meta) => boundClaims(meta, limits, now));
   }
 
   async #write(key: string, entry: CacheEntry, budget: SharedTierBudget | undefined): Promise<void> {
@@ -176,7 +196,7 @@ export class RedisTier implements CacheTier {
     try {
       stored = await encodeEntry(entry, guard, entryKey);
     } catch (error) {
-      this.connection.failures.record('encode', error, { key });
+      this.connection.failures.record('encode', error, describeKey(key));
       return;
     }
     // Redis expires the entry by itself at expiresAt (PX); each tag set lives as long as its

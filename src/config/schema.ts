@@ -92,7 +92,7 @@ export const ConfigSchema = section({
     // ≥ 1: a memo with ttl 0 means "no expiry" to lru-cache, the opposite of the intent.
     ttlMs: durationMs(1, 60_000, { env: 'TM_CACHE_IDENTITY_TTL_MS' }),
     hmacSecret: text(
-      'empty (generated and shared through Redis), or at least 32 bytes as hex or base64 (e.g. `openssl rand -hex 32`)',
+      'empty (without Redis, or with cache.redis.encryptionKeys), or at least 32 bytes as hex or base64 (e.g. `openssl rand -base64 32`)',
       '', { format: 'hmac-secret', secret: true, env: 'TM_CACHE_HMAC_SECRET' }),
     maxEntries: count(1, 100_000),
     maxBytes: count(1, 16 * MiB),

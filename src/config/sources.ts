@@ -62,7 +62,7 @@ export function readConfigFile(path: string, source: string, problems: string[])
     parsed = parseYaml(text, { prettyErrors: false });
   } catch (error) {
     const where = error instanceof YAMLError ? ` at line ${text.slice(0, error.pos[0]).split('\n').length}` : '';
-    problems.push(`${label}: not valid YAML${where}: ${(error as Error).message}`);
+    problems.push(`${label}: not valid YAML${where}: ${yamlReason(error)}`);
     return empty;
   }
   if (parsed === null || parsed === undefined) return empty;
@@ -71,6 +71,19 @@ export function readConfigFile(path: string, source: string, problems: string[])
     return empty;
   }
   return { label, values: parsed };
+}
+
+/**
+ * What a YAML parse error may say: its generic part and code. The parser's messages quote the
+ * text they stumbled on (an alias name, a tag, a scalar), which may be a secret the file holds:
+ * everything from the first quoted or YAML-syntax fragment on is cut (`Unresolved alias (...):
+ * <the alias>`, `Unresolved plain scalar "<text>"`, `The !<tag> tag has no suffix`).
+ */
+export function yamlReason(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  const generic = message.split(/[:"'!*&`]/, 1)[0]!.trim();
+  const code = error instanceof YAMLError ? ` (${error.code})` : '';
+  return `${generic === '' ? 'cannot be parsed' : generic}${code}`;
 }
 
 export function envLayer(env: NodeJS.ProcessEnv, problems: string[]): Layer {

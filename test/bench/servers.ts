@@ -77,6 +77,8 @@ export function writeConfig(dir: string, name: string, config: Record<string, un
   return file;
 }
 
+const BENCH_HMAC_SECRET = randomBytes(32).toString('hex');
+
 export interface TmCacheOptions {
   readonly name?: string;
   readonly redisUrl?: string;
@@ -95,7 +97,9 @@ export async function startTmCache(upstream: string, options: TmCacheOptions = {
   const [port, management] = [await freePort(), await freePort()];
   const args = [...(options.nodeArgs ?? []), options.cli ?? CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', process.env['BENCH_TM_LOG_LEVEL'] || 'warn'];
   if (options.redisUrl) args.push('--redis', options.redisUrl);
-  const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...options.env } });
+  // A shared Redis needs a secret Redis does not hold; the replicas of one bench share this one.
+  const secret = options.redisUrl ? { TM_CACHE_HMAC_SECRET: BENCH_HMAC_SECRET } : {};
+  const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...secret, ...options.env } });
   const managementUrl = `http://127.0.0.1:${management}`;
   await waitForHttp(`${managementUrl}/readyz`, proc);
   return { name: options.name ?? 'tm-cache', url: `http://127.0.0.1:${port}`, proc, managementUrl };

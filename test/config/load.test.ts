@@ -35,6 +35,9 @@ interface Sources {
   readonly env?: Record<string, string>;
   readonly argv?: readonly string[];
 }
+/** The secret a shared Redis needs (relations.ts): sources that configure Redis add it. */
+const WITH_SECRET = { TM_CACHE_HMAC_SECRET: 'ab'.repeat(32) };
+
 function load({ file, env = {}, argv = [] }: Sources = {}): Config {
   const configArgs = file === undefined ? [] : ['--config', writeConfig(file)];
   return loadConfig({ argv: [...configArgs, ...argv], env });
@@ -239,12 +242,12 @@ describe('environment variables and flags', () => {
   ];
 
   it.each(cases.filter((c) => c.env !== undefined))('$env sets $setting', ({ setting, env, raw, value }) => {
-    expect(get(load({ env: { [env!]: raw } }), setting)).toEqual(value);
+    expect(get(load({ env: { ...WITH_SECRET, [env!]: raw } }), setting)).toEqual(value);
   });
 
   it.each(cases.filter((c) => c.flag !== undefined))('$flag sets $setting, as two words or with =', ({ setting, flag, raw, value }) => {
-    expect(get(load({ argv: [flag!, raw] }), setting)).toEqual(value);
-    expect(get(load({ argv: [`${flag}=${raw}`] }), setting)).toEqual(value);
+    expect(get(load({ argv: [flag!, raw], env: WITH_SECRET }), setting)).toEqual(value);
+    expect(get(load({ argv: [`${flag}=${raw}`], env: WITH_SECRET }), setting)).toEqual(value);
   });
 
   it('the table above covers every override', () => {
@@ -326,7 +329,7 @@ describe('invalid settings', () => {
   const cases: readonly [string, Sources, string, string][] = [
     ['upstream.url', { argv: ['--upstream', 'ftp://tm.example.com'] }, '"ftp://tm.example.com"', 'http:// or https://'],
     ['upstream.url', { argv: ['--upstream', 'tm.example.com'] }, '"tm.example.com"', 'absolute'],
-    ['upstream.url', { argv: ['--upstream', 'https://tm.example.com/?x=1'] }, '"https://tm.example.com/?x=1"', 'without credentials, query or fragment'],
+    ['upstream.url', { argv: ['--upstream', 'https://tm.example.com/?x=1'] }, '"https://tm.example.com/?<redacted>"', 'without credentials, query or fragment'],
     ['upstream.connectTimeoutMs', { file: 'upstream:\n  connectTimeoutMs: 0\n' }, '0', 'from 1 to 2147483647 (milliseconds)'],
     ['upstream.headersTimeoutMs', { file: 'upstream:\n  headersTimeoutMs: -5\n' }, '-5', 'from 1 to 2147483647'],
     ['upstream.bodyTimeoutMs', { file: 'upstream:\n  bodyTimeoutMs: 2.5\n' }, '2.5', 'durations are whole milliseconds'],
@@ -413,6 +416,7 @@ describe('invalid settings', () => {
         '  redis: { mode: cluster, nodes: ["redis-0:6379", "[::1]:7000"], lockWaitMs: 0 }',
       ].join('\n'),
       argv: ['--upstream', 'http://localhost:3000', '--redis', 'redis://localhost'],
+      env: WITH_SECRET,
     });
     expect(config.server.port).toBe(0);
     expect(config.cache.redis.nodes).toEqual(['redis-0:6379', '[::1]:7000']);
@@ -435,7 +439,7 @@ describe('redis modes', () => {
     ['sentinel without sentinels, with a URL', 'mode: sentinel', REDIS, 'cache.redis.sentinels', '[]', 'at least one host:port when cache.redis.mode is sentinel'],
     ['sentinel without a master name', 'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelName: ""', [], 'cache.redis.sentinelName', '""', 'the name of the master'],
   ] as const)('%s is refused at load, naming the setting', (_, redis, argv, setting, received, allowed) => {
-    const error = configError(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, argv }));
+    const error = configError(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, argv, env: WITH_SECRET }));
     expect(error.problems).toHaveLength(1);
     const [problem] = error.problems;
     expect(problem!.split(/[ :]/)[0]).toBe(setting);
@@ -445,7 +449,7 @@ describe('redis modes', () => {
   });
 
   it('reports a missing list and a missing master name together', () => {
-    const error = configError(() => load({ file: 'cache:\n  redis:\n    mode: sentinel\n    sentinelName: ""\n' }));
+    const error = configError(() => load({ file: 'cache:\n  redis:\n    mode: sentinel\n    sentinelName: ""\n', env: WITH_SECRET }));
     expect(error.problems.map((p) => p.split(/[ :]/)[0])).toEqual(['cache.redis.sentinels', 'cache.redis.sentinelName']);
   });
 
@@ -455,7 +459,7 @@ describe('redis modes', () => {
     ['credentials in the URL in cluster mode', ['mode: cluster', 'nodes: ["n:7000"]'], { TM_CACHE_REDIS: 'redis://:url-pw@r:6379' }, 'a URL without credentials when cache.redis.mode is cluster (the URL is not used there): set cache.redis.username and cache.redis.password'],
     ['rediss:// in sentinel mode', ['mode: sentinel', 'sentinels: ["s:26379"]'], { TM_CACHE_REDIS: 'rediss://r:6379' }, 'a redis:// URL or none when cache.redis.mode is sentinel (the URL is not used there): set cache.redis.tls to true'],
   ] as const)('%s is refused, naming the URL without showing its secret', (_, lines, env, allowed) => {
-    const error = configError(() => load({ file: `cache:\n  redis:\n${lines.map((l) => `    ${l}\n`).join('')}`, env }));
+    const error = configError(() => load({ file: `cache:\n  redis:\n${lines.map((l) => `    ${l}\n`).join('')}`, env: { ...WITH_SECRET, ...env } }));
     expect(error.problems).toHaveLength(1);
     expect(error.problems[0]).toMatch(/^cache\.redis\.url \(from TM_CACHE_REDIS\): received /);
     expect(error.problems[0]).toContain(allowed);
@@ -467,7 +471,7 @@ describe('redis modes', () => {
     ['cluster with credentials and TLS by setting, and a bare URL', 'mode: cluster\n    nodes: ["n:7000"]\n    tls: true', { TM_CACHE_REDIS: 'redis://r:6379', TM_CACHE_REDIS_PASSWORD: 'pw' }],
     ['sentinel with both passwords', 'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelUsername: sentinel-user', { TM_CACHE_REDIS_PASSWORD: 'pw', TM_CACHE_REDIS_SENTINEL_PASSWORD: 'spw' }],
   ])('%s is accepted', (_, redis, env) => {
-    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, env })).not.toThrow();
+    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, env: { ...WITH_SECRET, ...env } })).not.toThrow();
   });
 
   it.each([
@@ -475,7 +479,7 @@ describe('redis modes', () => {
     ['cluster with seed nodes and no URL', 'mode: cluster\n    nodes: ["redis-0:6379"]'],
     ['sentinel with sentinels and no URL', 'mode: sentinel\n    sentinels: ["s:26379"]'],
   ])('%s is accepted', (_, redis) => {
-    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n` })).not.toThrow();
+    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, env: WITH_SECRET })).not.toThrow();
   });
 });
 

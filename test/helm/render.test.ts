@@ -36,6 +36,8 @@ function containerOf(r: Rendered): Container {
 }
 
 /** The environment of the container, with secret references resolved from the chart's Secret (as the kubelet would). */
+const EXISTING_SECRET: Record<string, string> = { 'hmac-secret': 'cd'.repeat(32) };
+
 function envOf(r: Rendered, container: Container): Record<string, string> {
   const secret = r.objects.find((o) => o['kind'] === 'Secret');
   const data = (secret?.['data'] ?? {}) as Record<string, string>;
@@ -46,6 +48,8 @@ function envOf(r: Rendered, container: Container): Record<string, string> {
     if (ref !== undefined && secret?.['metadata']['name'] === ref.name && data[ref.key] !== undefined) {
       env[e.name] = Buffer.from(data[ref.key]!, 'base64').toString('utf8');
     }
+    // An existing Secret (not rendered) holds at least the secret a shared Redis needs.
+    if (ref !== undefined && secret === undefined && EXISTING_SECRET[ref.key] !== undefined) env[e.name] = EXISTING_SECRET[ref.key]!;
   }
   return env;
 }
@@ -212,8 +216,23 @@ describe('settings the chart renders are checked by tm-cache\'s loader', () => {
   });
 
   it('and a cluster without nodes', () => {
-    const r = renderChart(CHART, [UPSTREAM, { config: { cache: { redis: { mode: 'cluster' } } } }]);
+    const r = renderChart(CHART, [UPSTREAM, { config: { cache: { redis: { mode: 'cluster' } } }, secret: { hmacSecret: 'ab'.repeat(32) } }]);
     expect(() => loadRendered(r)).toThrow(/cache\.redis\.nodes/);
+  });
+});
+
+describe('a shared Redis', () => {
+  it.each([
+    ['redis.url', { redis: { url: 'redis://redis:6379' } }],
+    ['cluster mode', { config: { cache: { redis: { mode: 'cluster', nodes: ['r:6379'] } } } }],
+  ])('without a secret is refused at render (%s), saying how to make one', (_, values) => {
+    expect(() => renderChart(CHART, [UPSTREAM, values])).toThrow(/needs secret\.hmacSecret .*openssl rand -base64 32/);
+  });
+
+  it('renders with secret.redisEncryptionKeys alone, and tm-cache accepts it', () => {
+    const keys = { secret: { redisEncryptionKeys: `k1:${'ef'.repeat(32)}` }, config: { cache: { redis: { encryptionKeyId: 'k1' } } } };
+    const r = renderChart(CHART, [UPSTREAM, { redis: { url: 'redis://redis:6379' } }, keys]);
+    expect(loadRendered(r).cache.redis.encryptionKeyId).toBe('k1');
   });
 });
 

@@ -85,6 +85,11 @@ reason. Included by the ConfigMap, which every mode renders.
 {{- if le (int .Values.terminationGracePeriodSeconds) $drainSeconds }}
 {{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + config.server.shutdownGraceMs (%d s): the kubelet would kill tm-cache while it drains" (int .Values.terminationGracePeriodSeconds) $drainSeconds) }}
 {{- end }}
+{{- /* A shared Redis needs a secret Redis does not hold; tm-cache would exit 2 at start without one. */}}
+{{- $usesRedis := or .Values.redis.url (not (eq .Values.config.cache.redis.mode "standalone")) }}
+{{- if and $usesRedis (not (or .Values.secret.hmacSecret .Values.secret.redisEncryptionKeys .Values.secret.existingSecret)) }}
+{{- fail "a shared Redis (redis.url, or config.cache.redis.mode cluster or sentinel) needs secret.hmacSecret (e.g. --set secret.hmacSecret=$(openssl rand -base64 32)), or secret.redisEncryptionKeys, or secret.existingSecret holding hmac-secret or redis-encryption-keys: the same on every pod, never kept in Redis" }}
+{{- end }}
 {{- end }}
 
 {{/*
