@@ -15,6 +15,7 @@ const UNIT = [
   'test/proxy/{access-confirmation,read-through-units}.test.ts',
   'test/bench/mix.test.ts',
   'test/upstream/fair-lane.test.ts',
+  'test/cache/claims.test.ts',
 ];
 
 export default defineConfig({

@@ -4,7 +4,7 @@ import { storedKeyId } from '../../src/cache/codec.js';
 import type { Keyring } from '../../src/cache/keyring.js';
 import type { RedisTier } from '../../src/cache/redis-tier.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
-import { makeRedisRoles, makeRedisTier, uniquePrefix, useRedisServer } from './redis-fixtures.js';
+import { makeRedisRoles, makeRedisTier, useRedisServer } from './redis-fixtures.js';
 import { makeClock, tierContract } from './tier-contract.js';
 
 const redis = useRedisServer();
