@@ -1,11 +1,12 @@
 /**
- * Everything one emulator instance holds: the dataset (with its memoized JSON), the logical
- * clock for mutations, request stats and injected faults.
+ * Everything one emulator instance holds: the dataset (with its memoized JSON), the areas denied
+ * to whom, the logical clock for mutations, request stats and injected faults.
  */
+import { AreaDenials } from './areas.js';
 import { generateDataset, type Dataset } from './dataset.js';
 import { FaultInjector } from './faults.js';
-import type { World } from './kinds.js';
 import { DATASET_NOW_MS, type Caller, type DatasetOptions } from './model.js';
+import type { OperationWorld } from './operations.js';
 import { JsonMemo } from './serialize.js';
 import { RequestStats } from './stats.js';
 
@@ -29,10 +30,11 @@ export interface TokenInfo {
   readonly project_ids: number[];
 }
 
-export class EmulatorState implements World {
+export class EmulatorState implements OperationWorld {
   readonly memo = new JsonMemo();
   readonly clock = new LogicalClock();
   readonly stats = new RequestStats();
+  readonly denials = new AreaDenials();
   readonly faults: FaultInjector;
   private readonly byToken: Map<string, Caller>;
 
