@@ -1,6 +1,7 @@
 /**
  * Everything one emulator instance holds: the dataset (with its memoized JSON), the areas denied
- * to whom, the logical clock for mutations, request stats and injected faults.
+ * to whom, the logical clock for mutations, the wall clock for faults and stats, request stats
+ * and injected faults.
  */
 import { AreaDenials } from './areas.js';
 import { generateDataset, type Dataset } from './dataset.js';
@@ -30,6 +31,12 @@ export interface TokenInfo {
   readonly project_ids: number[];
 }
 
+/**
+ * Milliseconds, the time requests arrive and faults decide at: Date.now, or a test's fake clock
+ * so rates, windows and lockouts are exact without sleeping.
+ */
+export type WallClock = () => number;
+
 export class EmulatorState implements OperationWorld {
   readonly memo = new JsonMemo();
   readonly clock = new LogicalClock();
@@ -38,13 +45,13 @@ export class EmulatorState implements OperationWorld {
   readonly faults: FaultInjector;
   private readonly byToken: Map<string, Caller>;
 
-  constructor(readonly data: Dataset) {
+  constructor(readonly data: Dataset, readonly nowMs: WallClock = Date.now) {
     this.faults = new FaultInjector(data.seed);
     this.byToken = new Map(data.callers.map((c) => [c.token, c]));
   }
 
-  static generate(opts: DatasetOptions): EmulatorState {
-    return new EmulatorState(generateDataset(opts));
+  static generate(opts: DatasetOptions, nowMs?: WallClock): EmulatorState {
+    return new EmulatorState(generateDataset(opts), nowMs);
   }
 
   /** The caller behind a bearer token; undefined when unknown or revoked. */
