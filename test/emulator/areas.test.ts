@@ -117,10 +117,12 @@ describe('deny_area', () => {
     expect(notMember.json().message).toBe('Not found.');
   });
 
-  it('outlives a stats reset and a cleared fault set; only allow_area lifts it', async () => {
+  it('outlives a stats reset, a cleared fault set and a membership revoked and granted again; only allow_area lifts it', async () => {
     await em.mutate({ op: 'deny_area', user_id: DENIED_USER, project_id: PROJECT, area: 'results' });
     await em.resetStats();
     await em.clearFaults();
+    await em.mutate({ op: 'revoke_project', user_id: DENIED_USER, project_id: PROJECT });
+    await em.mutate({ op: 'grant_project', user_id: DENIED_USER, project_id: PROJECT });
     const [results] = operations.get(PROJECT)!.results;
     expect((await read(results!, DENIED_USER)).status).toBe(403);
     const answer = await em.mutate({ op: 'allow_area', user_id: DENIED_USER, project_id: PROJECT, area: 'results' });
