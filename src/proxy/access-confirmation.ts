@@ -17,6 +17,8 @@
  *   came back: a confirmation never outlives its promise.
  * - A 403/404 forgets the confirmation here and in the shared store; the caller (read-through,
  *   through the access rules) drops the user's entries of that project.
+ * - An answer that is not the API's (a 200 SSO or maintenance page: not JSON) is no verdict,
+ *   as for fills and GET /user: the entry is not served on its word.
  */
 import type { SharedTierBudget } from '../cache/budget.js';
 import { Coalescer } from '../cache/coalesce.js';
@@ -24,6 +26,7 @@ import type { CacheEntry } from '../cache/entry.js';
 import type { Scope } from '../cache/key.js';
 import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, SharedStore } from './identity.js';
+import { describeAnswer, isApiAnswer } from './storable.js';
 
 export type Confirmation =
   | { readonly kind: 'confirmed' }
@@ -90,6 +93,10 @@ export class ProjectAccess {
       res = await this.o.upstream.get(`/api/v1/projects/${projectId}`, { authorization, ...UPSTREAM_HEADERS });
     } catch (err) {
       return { kind: 'failed', error: toUpstreamError(err) };
+    }
+    // Only the API's own answer is a verdict: an SSO or maintenance page (HTML 200) confirms nothing.
+    if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
+      return { kind: 'failed', error: new UpstreamError('bad-answer', `the upstream answered GET /projects/{id} with ${describeAnswer(res)}, not JSON`) };
     }
     if (res.status === 200) {
       this.renew(userId, projectId, askedAt, budget);
