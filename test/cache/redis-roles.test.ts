@@ -46,7 +46,7 @@ describe('createRedisRoles', () => {
     expect(await roles.sharedStore.getJson('ns', 'k')).toBeUndefined();
     expect(await roles.secrets.getOrCreateSecret('s')).toBeUndefined();
     expect(await roles.fillLock.tryLock('k', 1_000)).toBeUndefined();
-    await expect(roles.bus.publish({ kind: 'key', key: 'k' })).resolves.toBeUndefined();
+    await expect(roles.bus.publish({ kind: 'key', key: 'k' })).resolves.toBe(false);
     const { byKind, errors, lastError } = roles.connection.stats();
     expect(byKind).toMatchObject({ get: 1, json: 1, secret: 1, lock: 1, publish: 1 });
     expect(errors).toBe(5);
