@@ -9,8 +9,8 @@ import { pino, type Logger } from 'pino';
 import { COMMAND_HELP, DEMO_FLAGS, EMULATOR_FLAGS, USAGE, flagNames, isHelpFlag } from './cli-help.js';
 import { VERSION } from './version.js';
 import { parseFlags } from './config/flags.js';
-import { ConfigError, assertUpstream, loadConfig } from './config/load.js';
-import { reload } from './config/reload.js';
+import { ConfigError, assertUpstream, loadConfig, loadConfigAsync } from './config/load.js';
+import { SignalledReloads } from './config/reload.js';
 import { LogSink } from './ops/log-sink.js';
 import type { Config } from './config/schema.js';
 import { startEmulator } from './emulator/server.js';
@@ -107,18 +107,21 @@ function exit(code: number, logger?: Logger): void {
 }
 
 async function runServe(argv: readonly string[]): Promise<void> {
-  const load = (): Config => {
-    const loaded = loadConfig({ argv, env: process.env });
+  const load = async (): Promise<Config> => {
+    const loaded = await loadConfigAsync({ argv, env: process.env });
     assertUpstream(loaded);
     return loaded;
   };
-  const config = load();
+  // SIGHUP re-reads the config file and environment (reload.ts); it never stops the process,
+  // not even while start-up waits (for the file, for Redis): so it is handled from the first line.
+  const reloads = new SignalledReloads(load);
+  process.on('SIGHUP', () => reloads.request());
+  const config = await load();
   const logger = makeLogger(config.server.logLevel);
   const proxy = await startProxy(config, { logger });
   logger.info({ url: proxy.url, management: proxy.managementUrl, upstream: config.upstream.url }, 'tm-cache serving');
   onSignals(() => proxy.close(), logger);
-  // SIGHUP re-reads the config file and environment (reload.ts); it never stops the process.
-  process.on('SIGHUP', () => void reload(load, proxy, logger));
+  reloads.started(proxy, logger);
 }
 
 type DemoPortFlag = '--port' | '--management-port' | '--emulator-port';

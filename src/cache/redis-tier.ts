@@ -115,7 +115,11 @@ export class RedisTier implements CacheTier {
   }
 
   async delete(key: string): Promise<void> {
-    await this.connection.call('delete', (c) => c.unlink(this.connection.entryKey(key)));
+    await this.tryDelete(key);
+  }
+
+  async tryDelete(key: string): Promise<boolean> {
+    return (await this.connection.call('delete', (c) => c.unlink(this.connection.entryKey(key)))) !== undefined;
   }
 
   /**
@@ -126,9 +130,18 @@ export class RedisTier implements CacheTier {
    * so a tag may also drop such an entry: one extra miss.
    */
   async invalidateTag(tag: string): Promise<number> {
+    return (await this.tryInvalidateTag(tag)) ?? 0;
+  }
+
+  /** As `invalidateTag`; undefined when Redis could not be told (the set not read, or an UNLINK lost). */
+  async tryInvalidateTag(tag: string): Promise<number | undefined> {
     const tagKey = this.connection.tagKey(tag);
-    const members = (await this.connection.call('tag', (c) => c.smembers(tagKey))) ?? [];
+    const members = await this.connection.call('tag', (c) => c.smembers(tagKey));
+    if (members === undefined) return undefined;
     const dropped = await this.#unlinkAll(members);
+    // Kept when an UNLINK was lost: the retry needs its members.
+    if (dropped === undefined) return undefined;
+    // The set itself left behind costs nothing but extra misses later: no reason to retry.
     await this.connection.call('tag', (c) => c.unlink(tagKey));
     return dropped;
   }
@@ -139,15 +152,22 @@ export class RedisTier implements CacheTier {
    * operator's purge of everything, not a request path: it may take a while on a large Redis.
    */
   async purgeAll(): Promise<number> {
+    return (await this.tryPurgeAll()) ?? 0;
+  }
+
+  /** As `purgeAll`; undefined when a SCAN or an UNLINK did not get through (a retry starts over). */
+  async tryPurgeAll(): Promise<number | undefined> {
     const pattern = `${escapeGlob(this.connection.keyPrefix)}{*}`;
     let dropped = 0;
     for (const node of this.connection.masters()) {
       let cursor = '0';
       do {
         const page = await this.connection.call('purge', () => node.scan(cursor, 'MATCH', pattern, 'COUNT', 1_000));
-        if (page === undefined) return dropped;
+        if (page === undefined) return undefined;
         cursor = page[0];
-        dropped += await this.#unlinkAll(page[1]);
+        const unlinked = await this.#unlinkAll(page[1]);
+        if (unlinked === undefined) return undefined;
+        dropped += unlinked;
       } while (cursor !== '0');
     }
     return dropped;
@@ -210,13 +230,14 @@ export class RedisTier implements CacheTier {
     );
   }
 
-  async #unlinkAll(keys: string[]): Promise<number> {
+  /** How many of `keys` were unlinked; undefined when an UNLINK did not get through. */
+  async #unlinkAll(keys: string[]): Promise<number | undefined> {
     if (keys.length === 0) return 0;
     const unlink = (batch: string[]): Promise<number | undefined> => this.connection.call('tag', (c) => c.unlink(...batch));
     // In a cluster, entry keys live in different slots: one UNLINK each (a multi-key one is CROSSSLOT).
     const batches = this.connection.mode === 'cluster' ? keys.map((k) => [k]) : chunk(keys, UNLINK_BATCH);
     const counts = await Promise.all(batches.map(unlink));
-    return counts.reduce<number>((sum, n) => sum + (n ?? 0), 0);
+    return counts.includes(undefined) ? undefined : counts.reduce<number>((sum, n) => sum + n!, 0);
   }
 }
 

@@ -23,6 +23,8 @@
  *   project's confirmation. One whose projects cannot be confirmed one by one (`GET /projects`
  *   lists many; the results of a run whose project this replica never learned name none) is its
  *   own confirmation: served for `access.projectConfirmMs` from its fill, then asked again.
+ * - An answer that is not the API's (a 200 SSO or maintenance page: not JSON) is no verdict,
+ *   as for fills and GET /user: the entry is not served on its word.
  */
 import type { Operation } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
@@ -31,6 +33,7 @@ import type { CacheEntry } from '../cache/entry.js';
 import type { Scope } from '../cache/key.js';
 import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, SharedStore } from './identity.js';
+import { describeAnswer, isApiAnswer } from './storable.js';
 
 export type Confirmation =
   | { readonly kind: 'confirmed' }
@@ -105,6 +108,10 @@ export class ProjectAccess {
       res = await this.o.upstream.get(`/api/v1/projects/${projectId}`, { authorization, ...UPSTREAM_HEADERS }, userId);
     } catch (err) {
       return { kind: 'failed', error: toUpstreamError(err) };
+    }
+    // Only the API's own answer is a verdict: an SSO or maintenance page (HTML 200) confirms nothing.
+    if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
+      return { kind: 'failed', error: new UpstreamError('bad-answer', `the upstream answered GET /projects/{id} with ${describeAnswer(res)}, not JSON`) };
     }
     if (res.status === 200) {
       this.renew(userId, projectId, askedAt, budget);

@@ -64,7 +64,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   }
   const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now, onEvict: () => metrics.eviction('memory') });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
-  const cache = new TieredCache({ tiers, ...(redis ? { bus: redis.bus } : {}) });
+  const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}) });
   const client = new UpstreamClient(config.upstream);
   const stats = new RequestStats(now);
   const health = new UpstreamHealth({

@@ -44,7 +44,7 @@ describe('createRedisRoles', () => {
     expect(await roles.tier.get('k')).toBeUndefined();
     expect(await roles.sharedStore.getJson('ns', 'k')).toBeUndefined();
     expect(await roles.fillLock.tryLock('k', 1_000)).toBeUndefined();
-    await expect(roles.bus.publish({ kind: 'key', key: 'k' })).resolves.toBeUndefined();
+    await expect(roles.bus.publish({ kind: 'key', key: 'k' })).resolves.toBe(false);
     const { byKind, errors, lastError } = roles.connection.stats();
     expect(byKind).toMatchObject({ get: 1, json: 1, lock: 1, publish: 1 });
     expect(errors).toBe(4);

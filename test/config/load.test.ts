@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -9,6 +10,7 @@ import {
   CONFIG_OVERRIDES,
   ConfigError,
   loadConfig,
+  loadConfigAsync,
   normalizeUpstreamUrl,
 } from '../../src/config/load.js';
 import { DEFAULT_CONFIG, RESOURCE_NAMES, type Config } from '../../src/config/schema.js';
@@ -167,6 +169,28 @@ describe('the --config file', () => {
   ])('%s is a ConfigError', (_, run, fragments) => {
     const error = configError(run);
     for (const fragment of fragments) expect(error.message).toContain(fragment);
+  });
+
+  it('refuses a YAML warning (an unresolved tag) as an error, at start as on a reload, without its value', async () => {
+    const secret = 'abc0123456789sixteen-more-chars';
+    const path = writeConfig(`admin:\n  token: !${secret}\n`);
+    const errors = [configError(() => loadConfig({ argv: ['--config', path], env: {} }))];
+    errors.push(await loadConfigAsync({ argv: ['--config', path], env: {} }).then(() => undefined as never, (e: unknown) => e as ConfigError));
+    for (const error of errors) {
+      expect(error).toBeInstanceOf(ConfigError);
+      expect(error.message).toContain('YAML warning at line 2 (TAG_RESOLVE_FAILED)');
+      expect(error.message).not.toContain(secret);
+    }
+  });
+
+  it('refuses a path that is not a regular file (a FIFO, a directory), naming it, without waiting on it', async () => {
+    const fifo = join(TMP, 'config.fifo');
+    execFileSync('mkfifo', [fifo]);
+    for (const path of [fifo, TMP]) {
+      const errors = [configError(() => loadConfig({ argv: ['--config', path], env: {} }))];
+      errors.push(await loadConfigAsync({ argv: ['--config', path], env: {} }).then(() => undefined as never, (e: unknown) => e as ConfigError));
+      for (const error of errors) expect(error.message).toContain(`${JSON.stringify(path)} is not a regular file`);
+    }
   });
 
   it('does not quote the offending line of invalid YAML, which may hold a secret', () => {
