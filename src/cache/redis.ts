@@ -1,12 +1,13 @@
 /**
  * Builds every Redis role over ONE connection: the cache tier, the fill lock, the shared store,
- * the secrets and the invalidation bus. Each role is its own object (named after what it is
+ * the secrets, the invalidation bus and the fleet's upstream budget. Each role is its own object (named after what it is
  * for), so the proxy depends on the role it uses, never on "Redis".
  *
  * Ownership: the roles borrow the connection; `close()` here lets the tier's pending writes
  * land, then disconnects. Close the TieredCache using the tier first (it stops listening).
  */
 import { RedisInvalidationBus } from './redis-bus.js';
+import { RedisBudgetStore } from './redis-budget-store.js';
 import { RedisConnection, type RedisConnectionSettings } from './redis-connection.js';
 import { RedisFillLock } from './redis-fill-lock.js';
 import { RedisSecrets } from './redis-secrets.js';
@@ -23,6 +24,8 @@ export interface RedisRoles {
   readonly sharedStore: RedisSharedStore;
   readonly secrets: RedisSecrets;
   readonly bus: RedisInvalidationBus;
+  /** The fleet's upstream budget (src/upstream/fleet-budget.ts leases from it). */
+  readonly budget: RedisBudgetStore;
   /** Binds every value to its key from now on (the connection's `bind`); before it, only `secrets` works. */
   bind(hmacSecret: Buffer): void;
   close(): Promise<void>;
@@ -40,6 +43,7 @@ export function createRedisRoles(options: RedisRolesOptions): RedisRoles {
     sharedStore: new RedisSharedStore(connection),
     secrets: new RedisSecrets(connection),
     bus: new RedisInvalidationBus(connection),
+    budget: new RedisBudgetStore(connection),
     bind: (hmacSecret) => connection.bind(hmacSecret),
     close: async () => {
       await tier.close();

@@ -7,7 +7,7 @@ import type { Config } from './schema.js';
 import { describeProblem, originOf, type Origin } from './validate.js';
 
 export function relationProblems(config: Config, origin: Origin): string[] {
-  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin)];
+  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...budgetProblems(config, origin)];
 }
 
 function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
@@ -84,4 +84,17 @@ function redisCredentialProblems({ cache: { redis } }: Config, origin: Origin): 
     problems.push(shown(`a redis:// URL or none when cache.redis.mode is ${redis.mode} (the URL is not used there): set cache.redis.tls to true for TLS`));
   }
   return problems;
+}
+
+/**
+ * A learned budget (no requestsPerSecond) starts low and its burst follows the learned rate (one
+ * second's worth): a fixed burst there would let the first burst of clients through at once, the
+ * very 429s learning avoids. So a burst is said only with the rate it belongs to.
+ */
+function budgetProblems({ upstream: { budget } }: Config, origin: Origin): string[] {
+  if (budget.requestsPerSecond > 0 || budget.burst === 0) return [];
+  return [
+    describeProblem('upstream.budget.burst', budget.burst,
+      '0 when upstream.budget.requestsPerSecond is 0 (a learned budget\'s burst follows its rate: one second\'s worth); set requestsPerSecond to fix the budget', origin),
+  ];
 }
