@@ -5,6 +5,7 @@
  * and what the bucket was asked: never how long anything took.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { createMetrics } from '../../src/ops/metrics.js';
 import { MemoryBudgetStore, budgetShapeOf, type BudgetShape, type BudgetStore } from '../../src/upstream/budget-store.js';
 import {
   BudgetSpentError,
@@ -313,6 +314,23 @@ describe('fleet budget: reports', () => {
     budget.onRateLimited(30_000);
     await budget.acquire('background', 1)?.catch(() => undefined);
     expect(seen).toEqual(['taken:ahead', 'skipped:ahead', 'taken:client', 'waited:client:granted', 'paused', 'waited:background:spent']);
+  });
+
+  it('feeds the Prometheus families: tokens by priority, waits, pauses, the learned rate', async () => {
+    const metrics = createMetrics({ version: 'test', redis: false });
+    const budget = makeBudget({ events: metrics.budget });
+    metrics.watchBudget(() => budget.snapshot());
+    while (budget.tryAcquire('client', 1));
+    budget.onRateLimited(30_000);
+    await budget.acquire('ahead', 1)?.catch(() => undefined);
+    const text = await metrics.registry.metrics();
+    expect(text).toContain('tm_cache_upstream_budget_tokens_total{priority="client"} 4');
+    expect(text).toContain('tm_cache_upstream_budget_skipped_total{priority="client"} 1');
+    expect(text).toContain('tm_cache_upstream_budget_waits_total{priority="ahead",result="spent"} 1');
+    expect(text).toContain('tm_cache_upstream_budget_pauses_total 1');
+    expect(text).toMatch(/tm_cache_upstream_budget_rate \d/);
+    expect(text).toContain('tm_cache_upstream_budget_paused_seconds 30');
+    expect(text).toContain('tm_cache_upstream_budget_shared 0');
   });
 
   it('refuses every waiter on close', async () => {
