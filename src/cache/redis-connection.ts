@@ -17,8 +17,8 @@
  *
  * Key layout (prefix `tmc:`): `tmc:{<key>}` entry, `tmc:{<key>}:lock` its fill lock (the hash
  * tag puts both in one cluster slot, so one script can read both), `tmc:tag:<tag>` the set of
- * entry keys carrying a tag, `tmc:json:<ns>:<key>` shared values,
- * `tmc:invalidate` the invalidation channel.
+ * entry keys carrying a tag, `tmc:json:<ns>:<key>` shared values, `tmc:budget:<name>` the fleet's
+ * upstream budget (a hash), `tmc:invalidate` the invalidation channel.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -154,6 +154,10 @@ export class RedisConnection {
 
   jsonKey(namespace: string, key: string): string {
     return `${this.keyPrefix}json:${namespace}:${key}`;
+  }
+
+  budgetKey(name: string): string {
+    return `${this.keyPrefix}budget:${name}`;
   }
 
   /** True while commands can be sent; for readiness reporting. */

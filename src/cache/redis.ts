@@ -1,6 +1,6 @@
 /**
- * Builds every Redis role over ONE connection: the cache tier, the fill lock, the shared store
- * and the invalidation bus. No secret is ever kept in Redis: the one values are checked with is
+ * Builds every Redis role over ONE connection: the cache tier, the fill lock, the shared store,
+ * the invalidation bus and the fleet's upstream budget. No secret is ever kept in Redis: the one values are checked with is
  * configured (src/config/relations.ts), so that Redis alone can neither forge nor lose it. Each role is its own object (named after what it is
  * for), so the proxy depends on the role it uses, never on "Redis".
  *
@@ -8,6 +8,7 @@
  * land, then disconnects. Close the TieredCache using the tier first (it stops listening).
  */
 import { RedisInvalidationBus } from './redis-bus.js';
+import { RedisBudgetStore } from './redis-budget-store.js';
 import { RedisConnection, type RedisConnectionSettings } from './redis-connection.js';
 import { RedisFillLock } from './redis-fill-lock.js';
 import { RedisSharedStore } from './redis-shared-store.js';
@@ -22,6 +23,8 @@ export interface RedisRoles {
   readonly fillLock: RedisFillLock;
   readonly sharedStore: RedisSharedStore;
   readonly bus: RedisInvalidationBus;
+  /** The fleet's upstream budget (src/upstream/fleet-budget.ts leases from it). */
+  readonly budget: RedisBudgetStore;
   /** Binds every value to its key from now on (the connection's `bind`); before it, nothing is read or written. */
   bind(hmacSecret: Buffer): void;
   close(): Promise<void>;
@@ -38,6 +41,7 @@ export function createRedisRoles(options: RedisRolesOptions): RedisRoles {
     fillLock: new RedisFillLock(connection, tier),
     sharedStore: new RedisSharedStore(connection),
     bus: new RedisInvalidationBus(connection),
+    budget: new RedisBudgetStore(connection),
     bind: (hmacSecret) => connection.bind(hmacSecret),
     close: async () => {
       await tier.close();

@@ -7,7 +7,7 @@ import type { Config } from './schema.js';
 import { describeProblem, originOf, type Origin } from './validate.js';
 
 export function relationProblems(config: Config, origin: Origin): string[] {
-  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin)];
+  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin)];
 }
 
 function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
@@ -109,4 +109,12 @@ function sharedSecretProblems(config: Config, origin: Origin): string[] {
   const source = originOf('cache.redis.url', origin) ?? originOf('cache.redis.mode', origin);
   const why = `a shared Redis${source === undefined ? '' : ` (set by ${source})`} needs a secret that Redis does not hold`;
   return [`identity.hmacSecret or cache.redis.encryptionKeys: neither is set, and ${why}: ${MAKE_SECRET_HINT}`];
+}
+
+function budgetProblems({ upstream: { budget } }: Config, origin: Origin): string[] {
+  if (budget.requestsPerSecond > 0 || budget.burst === 0) return [];
+  return [
+    describeProblem('upstream.budget.burst', budget.burst,
+      '0 when upstream.budget.requestsPerSecond is 0 (a learned budget\'s burst follows its rate: one second\'s worth); set requestsPerSecond to fix the budget', origin),
+  ];
 }
