@@ -18,8 +18,9 @@
  * style attribute, no external fetch but same-origin XHR to /admin/stats.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** dist/ops/status-page/ once built; src/ops/status-page/ when run from source (vitest, tsx). */
@@ -35,17 +36,51 @@ function readPageFile(name: string): string {
 
 /**
  * The browser code as served: page.js as `npm run build` compiled it; or, from source where
- * there is none, page.ts transpiled here with the page's own tsconfig (the same output: a
- * classic script). Only that path loads TypeScript, a devDependency the production image lacks.
+ * there is none, page.ts transpiled here (the same output: a classic script).
  */
 function readPageScript(): string {
   if (existsSync(new URL('page.js', PAGE_DIR))) return readPageFile('page.js');
-  const ts = createRequire(import.meta.url)('typescript') as typeof import('typescript');
+  return transpiledFromSource();
+}
+
+/**
+ * page.ts transpiled with the page's own tsconfig, as tsc emits it. Only this path loads
+ * TypeScript, a devDependency the production image lacks. Loading it and transpiling take about a
+ * second, which every test file that starts a proxy would pay, so the output is kept in
+ * node_modules/.cache/ (where tools keep theirs, writable only by whoever installed the project)
+ * under the hash of everything it depends on: TypeScript's version, the tsconfig, page.ts.
+ */
+function transpiledFromSource(): string {
+  const require = createRequire(import.meta.url);
+  const typescriptManifest = require.resolve('typescript/package.json');
+  const tsconfig = readPageFile('tsconfig.json');
+  const source = readPageFile('page.ts');
+  const inputs = createHash('sha256').update(readFileSync(typescriptManifest)).update('\0').update(tsconfig).update('\0').update(source);
+  const cached = join(dirname(dirname(typescriptManifest)), '.cache', 'tm-cache', `status-page-${inputs.digest('hex').slice(0, 32)}.js`);
+  if (existsSync(cached)) return readFileSync(cached, 'utf8');
+  const script = transpile(require('typescript') as typeof import('typescript'), source);
+  keepInCache(cached, script);
+  return script;
+}
+
+function transpile(ts: typeof import('typescript'), source: string): string {
   const configPath = fileURLToPath(new URL('tsconfig.json', PAGE_DIR));
   const config = ts.readConfigFile(configPath, ts.sys.readFile);
   if (config.error) throw new Error(`status page: cannot read ${configPath}: ${ts.flattenDiagnosticMessageText(config.error.messageText, '\n')}`);
   const { options } = ts.parseJsonConfigFileContent(config.config, ts.sys, fileURLToPath(PAGE_DIR), undefined, configPath);
-  return ts.transpileModule(readPageFile('page.ts'), { compilerOptions: options, fileName: 'page.ts' }).outputText;
+  return ts.transpileModule(source, { compilerOptions: options, fileName: 'page.ts' }).outputText;
+}
+
+/** Written whole then renamed, so a parallel test worker reads all of it or nothing; a cache, so a failure to write is no error. */
+function keepInCache(path: string, script: string): void {
+  const partial = `${path}.${process.pid}.tmp`;
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(partial, script);
+    renameSync(partial, path);
+  } catch {
+    rmSync(partial, { force: true });
+  }
 }
 
 /**
