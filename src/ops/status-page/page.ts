@@ -133,7 +133,7 @@
 
   // ---- DOM helpers (text only: never innerHTML) -------------------------------------------
   function stat(name: string): Element | null { return document.querySelector('[data-stat="' + name + '"]'); }
-  function stats(name: string): Element[] { return Array.prototype.slice.call(document.querySelectorAll('[data-stat="' + name + '"]')); }
+  function stats(name: string): Element[] { return Array.from(document.querySelectorAll('[data-stat="' + name + '"]')); }
   /** Shows a figure: its formatted text, and the raw value in data-value for tests and tools. */
   function setStat(name: string, shown: string, raw: unknown): void {
     stats(name).forEach(function (el) {
@@ -166,7 +166,7 @@
 
   // ---- series -----------------------------------------------------------------------------
   /** The buckets that are over: every one but the last, which is the current, partial bucket. */
-  function completeBuckets(series: unknown): Bucket[] { return Array.isArray(series) ? series.slice(0, -1) : []; }
+  function completeBuckets(series: Bucket[] | undefined): Bucket[] { return Array.isArray(series) ? series.slice(0, -1) : []; }
   function cacheable(b: Bucket): number { return num(b.requests) - num(b.byOutcome && b.byOutcome.passthrough); }
   function bucketHitRatio(b: Bucket): number | null {
     const c = cacheable(b);
