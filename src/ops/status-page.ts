@@ -22,6 +22,9 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type * as ts from 'typescript';
+// A type only: the module itself is loaded on demand (source mode), never in the image.
+type TypeScript = typeof ts;
 
 /** dist/ops/status-page/ once built; src/ops/status-page/ when run from source (vitest, tsx). */
 const PAGE_DIR = new URL('./status-page/', import.meta.url);
@@ -58,12 +61,12 @@ function transpiledFromSource(): string {
   const inputs = createHash('sha256').update(readFileSync(typescriptManifest)).update('\0').update(tsconfig).update('\0').update(source);
   const cached = join(dirname(dirname(typescriptManifest)), '.cache', 'tm-cache', `status-page-${inputs.digest('hex').slice(0, 32)}.js`);
   if (existsSync(cached)) return readFileSync(cached, 'utf8');
-  const script = transpile(require('typescript') as typeof import('typescript'), source);
+  const script = transpile(require('typescript') as TypeScript, source);
   keepInCache(cached, script);
   return script;
 }
 
-function transpile(ts: typeof import('typescript'), source: string): string {
+function transpile(ts: TypeScript, source: string): string {
   const configPath = fileURLToPath(new URL('tsconfig.json', PAGE_DIR));
   const config = ts.readConfigFile(configPath, ts.sys.readFile);
   if (config.error) throw new Error(`status page: cannot read ${configPath}: ${ts.flattenDiagnosticMessageText(config.error.messageText, '\n')}`);
