@@ -26,7 +26,7 @@ const validate = new Ajv({ strict: true, allErrors: true }).compile(schema);
 
 /** The errors helm would report for values given over values.yaml (helm validates the merged values). */
 function errorsOf(...overrides: object[]): string[] {
-  const values = overrides.reduce((v, o) => coalesceValues(v, o), defaults);
+  const values = overrides.reduce<unknown>((v, o) => coalesceValues(v, o), defaults);
   if (validate(values)) return [];
   return (validate.errors ?? []).map((e: ErrorObject) => {
     const extra = (e.params as { additionalProperty?: string }).additionalProperty;
