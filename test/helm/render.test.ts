@@ -85,6 +85,14 @@ describe('the renderer', () => {
     expect(renderText(text, { m: { b: 2, a: 1 }, none: '', s: 'y' })).toBe('ab {{x}}a=1;b=2; 2 two "[y]"');
   });
 
+  it('has the Sprig functions the chart\'s sizing and monitors use: dig, get, list, sub, lt, toString, regexMatch, regexReplaceAll', () => {
+    const values = { r: { limits: { memory: '512Mi' } }, n: 9090 };
+    expect(renderText('{{ dig "limits" "memory" "none" .Values.r }} {{ dig "requests" "cpu" "none" .Values.r }}', values)).toBe('512Mi none');
+    expect(renderText('{{ get (dict "Mi" 1048576) "Mi" }} {{ get (dict "Mi" 1) "Gi" | quote }} {{ list 1 "a" }}', values)).toBe('1048576 "" [1 a]');
+    expect(renderText('{{ sub 10 3 }} {{ lt 2 3 }} {{ lt (int .Values.n) 80 }} {{ toString .Values.n }}', values)).toBe('7 true false 9090');
+    expect(renderText('{{ regexMatch "^[0-9]+(Mi|Gi)?$" "512Mi" }} {{ regexMatch "^[0-9]+(Mi|Gi)?$" "0.5Gi" }} {{ regexReplaceAll "[^0-9]" "512Mi" "" }}', values)).toBe('true false 512');
+  });
+
   it('throws on an unclosed block', () => {
     expect(() => renderText('{{ if .Values.a }}x', { a: 1 })).toThrow(/without end/);
   });
