@@ -10,8 +10,8 @@
  * scenario can be measured again without the others; a scenario that failed or was skipped there
  * keeps its committed figures. The table sits between the two marker comments of the README.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { formatValue, verdict } from './report.js';
 import { resultFile, toJson, type ScenarioRecord } from './results.js';
@@ -84,6 +84,7 @@ async function main(): Promise<number> {
     const order = SCENARIOS.filter((s) => s.suite).map((s) => s.name);
     const updated = updateResults(results, resolve(root, values.from ?? 'bench-results'), order);
     results = updated.results;
+    mkdirSync(dirname(resultsFile), { recursive: true });
     writeFileSync(resultsFile, toJson(results));
     console.log(`${DOCS_RESULTS}: ${updated.taken.length ? `took ${updated.taken.join(', ')}` : 'nothing new (no measured suite scenario in bench-results/)'}`);
   }

@@ -13,7 +13,7 @@ export interface RunSetup {
   readonly cores: number;
   readonly cpu: string;
   readonly pinned: boolean;
-  /** 1-minute load average when the run started: above the core count, other work shared the machine. */
+  /** 1-minute load average when the run (in a scenario's record: the scenario) started: above the core count, other work shared the machine. */
   readonly loadAverage: number;
   readonly short: boolean;
   /** Knobs set on the command line or in the environment. */

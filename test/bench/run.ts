@@ -136,7 +136,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     for (const scenario of chosen) {
       const t0 = Date.now();
-      const base = { scenario: scenario.name, startedAt: new Date(t0).toISOString(), setup };
+      const base = { scenario: scenario.name, startedAt: new Date(t0).toISOString(), setup: { ...setup, loadAverage: loadavg()[0]! } };
       const why = cannotRun(scenario);
       let record: ScenarioRecord;
       if (why !== undefined) {
