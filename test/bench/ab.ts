@@ -19,7 +19,7 @@ import { fmt, printTable, ratioCheck, type Check } from './report.js';
 import { uniquePath } from './scenario-miss.js';
 import { startTmCache, type Emulator, type Server } from './servers.js';
 
-export interface AbHitOptions {
+interface AbHitOptions {
   /** The other checkout, built. */
   readonly base: string;
   readonly durationS: number;
@@ -36,7 +36,7 @@ interface AbHitRun {
   readonly byCpu: number;
 }
 
-export interface AbHit {
+interface AbHit {
   readonly hits: AbHitRun[];
   readonly missMedianMs: Record<string, number>;
   readonly checks: Check[];

@@ -15,7 +15,7 @@ import { startTmCache, type Emulator } from './servers.js';
 
 const DEVNULL = fileURLToPath(new URL('./devnull-stdout.mjs', import.meta.url));
 
-export interface AbAccessLog {
+interface AbAccessLog {
   readonly figures: HitFigures[];
   readonly checks: Check[];
 }

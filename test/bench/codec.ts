@@ -85,7 +85,7 @@ interface CodecRow {
   readonly decodeUs: number;
 }
 
-export interface CodecFigures {
+interface CodecFigures {
   readonly bodyBytes: number;
   readonly rows: CodecRow[];
   readonly checks: Check[];

@@ -28,7 +28,7 @@ interface DecodeFigure {
   readonly headUs: number;
 }
 
-export interface AbDecode {
+interface AbDecode {
   readonly figures: DecodeFigure[];
   readonly checks: Check[];
 }

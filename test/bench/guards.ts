@@ -18,8 +18,6 @@ const PACKAGE: Record<Binary, string> = {
   taskset: 'util-linux',
 };
 
-export const INSTALL_HINT = 'apt-get install wrk varnish nginx-light redis-server';
-
 /** Why `name` cannot be run here, or undefined when it is found. */
 export function missingBinary(name: Binary): string | undefined {
   return findBinary(name) === undefined ? `${name} not found (install: apt-get install ${PACKAGE[name]})` : undefined;

@@ -13,7 +13,7 @@ interface Knob {
 }
 
 /** Every knob of every scenario, by flag name. */
-export const KNOBS = {
+const KNOBS = {
   short: { env: 'BENCH_SHORT', kind: 'boolean', help: 'short runs: every scenario at its short defaults (checks that it runs; figures are rough)' },
   only: { env: 'BENCH_ONLY', kind: 'string', help: 'scenario names, comma-separated (the same as naming them)' },
   out: { env: 'BENCH_OUT', kind: 'string', help: 'folder of the JSON results (default bench-results)' },
@@ -45,7 +45,7 @@ export const KNOBS = {
   'codec-modules': { env: 'CODEC_BENCH_MODULES', kind: 'string', help: 'codec: a folder where lz4-napi / zstd-napi are installed' },
 } as const satisfies Record<string, Knob>;
 
-export type KnobName = keyof typeof KNOBS;
+type KnobName = keyof typeof KNOBS;
 type NumberKnob = { [K in KnobName]: (typeof KNOBS)[K]['kind'] extends 'number' ? K : never }[KnobName];
 type StringKnob = { [K in KnobName]: (typeof KNOBS)[K]['kind'] extends 'string' ? K : never }[KnobName];
 type BooleanKnob = { [K in KnobName]: (typeof KNOBS)[K]['kind'] extends 'boolean' ? K : never }[KnobName];

@@ -37,9 +37,9 @@ interface CpuProfile {
 const STARTUP_FRAME = /^node:internal\/modules\/|\/tsx\//;
 
 export const PROFILE_MODES = ['hit', 'redis', 'miss', 'bare'] as const;
-export type ProfileMode = (typeof PROFILE_MODES)[number];
+type ProfileMode = (typeof PROFILE_MODES)[number];
 
-export interface ProfileOptions {
+interface ProfileOptions {
   readonly durationS: number;
   readonly top: number;
   readonly acceptEncoding?: string | undefined;
@@ -48,7 +48,7 @@ export interface ProfileOptions {
 }
 
 /** Shares are of the busy time (0..1). */
-export interface ProfileFigures {
+interface ProfileFigures {
   readonly mode: ProfileMode;
   readonly load: string;
   readonly busyS: number;

@@ -17,7 +17,7 @@ import { fmt, printTable, ratioCheck, type Check } from './report.js';
 import { assertHitFrom } from './scenario-redis.js';
 import { startRedis, startRedisHitServer, startTmCache, type Emulator } from './servers.js';
 
-export interface AbRedisOptions {
+interface AbRedisOptions {
   readonly base: string;
   readonly durationS: number;
   readonly rounds: number;
@@ -29,7 +29,7 @@ interface AbRedisRun {
   readonly figures: HitFigures[];
 }
 
-export interface AbRedis {
+interface AbRedis {
   readonly runs: AbRedisRun[];
   readonly checks: Check[];
 }

@@ -33,7 +33,7 @@ export interface ScenarioRecord {
   readonly result?: unknown;
 }
 
-export interface RunRecord {
+interface RunRecord {
   readonly startedAt: string;
   readonly elapsedS: number;
   readonly argv: string[];

@@ -74,7 +74,7 @@ async function sharedIdentityExpiry(em: TestEmulator, a: TestProxy, b: TestProxy
   };
 }
 
-export interface Revocation {
+interface Revocation {
   readonly lines: string[];
   readonly checks: Check[];
 }
