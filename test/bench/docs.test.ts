@@ -60,7 +60,7 @@ describe('spliceFigures', () => {
 describe('updateResults', () => {
   it("takes each scenario's measured result, keeps the committed one where the run failed or skipped it", () => {
     const from = mkdtempSync(join(tmpdir(), 'bench-docs-'));
-    writeFileSync(join(from, 'hit.json'), JSON.stringify(record('hit', { startedAt: '2031-01-01T00:00:00.000Z' })));
+    writeFileSync(join(from, 'hit.json'), JSON.stringify(record('hit', { startedAt: '2031-01-01T00:00:00.000Z', result: { rows: [] } })));
     writeFileSync(join(from, 'miss.json'), JSON.stringify(record('miss', { error: 'boom', checks: [] })));
     const current: DocsResults = { scenarios: { miss: record('miss'), hit: record('hit') } };
     const { results, taken } = updateResults(current, from, ['hit', 'miss', 'redis']);
@@ -68,6 +68,8 @@ describe('updateResults', () => {
     expect(Object.keys(results.scenarios)).toEqual(['hit', 'miss']);
     expect(results.scenarios['hit']!.startedAt).toBe('2031-01-01T00:00:00.000Z');
     expect(results.scenarios['miss']!.error).toBeUndefined();
+    expect(results.scenarios['hit']!.checks).toHaveLength(4);
+    expect(results.scenarios['hit']!.result).toBeUndefined();
   });
 });
 
