@@ -5,6 +5,7 @@
  */
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { UsageError } from './options.js';
 import { findBinary } from './procs.js';
 
 export type Binary = 'wrk' | 'redis-server' | 'redis-cli' | 'nginx' | 'varnishd' | 'taskset';
@@ -30,13 +31,14 @@ export function missingBuild(root: string): string | undefined {
 
 /**
  * The other checkout of an A/B scenario (`--base`), resolved; throws when it is not given or
- * lacks what the scenario loads from it (`dist/cli.js`, or a source file such as `src/cache/codec.ts`).
+ * lacks what the scenario loads from it (`dist/cli.js`, or a source file such as `src/cache/codec.ts`):
+ * a UsageError, reported without a stack.
  */
 export function requireBase(base: string | undefined, needs = 'dist/cli.js'): string {
   if (base === undefined) {
-    throw new Error(`--base <dir> (or BENCH_AB_BASE) must name another checkout with ${needs}, e.g.\n  git worktree add /tmp/base <commit> && (cd /tmp/base && npm ci && npm run build)`);
+    throw new UsageError(`--base <dir> (or BENCH_AB_BASE) must name another checkout with ${needs}, e.g.\n  git worktree add /tmp/base <commit> && (cd /tmp/base && npm ci && npm run build)`);
   }
   const dir = resolve(base);
-  if (!existsSync(join(dir, needs))) throw new Error(`--base ${dir} has no ${needs}${needs.startsWith('dist/') ? ' (npm run build there)' : ''}`);
+  if (!existsSync(join(dir, needs))) throw new UsageError(`--base ${dir} has no ${needs}${needs.startsWith('dist/') ? ' (npm run build there)' : ''}`);
   return dir;
 }

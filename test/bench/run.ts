@@ -91,7 +91,8 @@ function sharedEmulator(): Pick<BenchContext, 'emulator' | 'page'> & { started()
   };
 }
 
-const message = (err: unknown): string => (err instanceof Error ? (err.stack ?? err.message) : String(err));
+/** A usage error (a missing --base) as its message; anything else with its stack. */
+const message = (err: unknown): string => (err instanceof UsageError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err));
 
 async function main(argv: string[]): Promise<number> {
   let args: BenchArgs;
