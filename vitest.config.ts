@@ -13,7 +13,7 @@ const UNIT = [
   'test/helm/chart.test.ts',
   'test/ops/management.test.ts',
   'test/proxy/{access-confirmation,read-through-units}.test.ts',
-  'test/bench/mix.test.ts',
+  'test/bench/{docs,mix,options}.test.ts',
   'test/upstream/{fair-lane,budget-store,fleet-budget}.test.ts',
   'test/cache/claims.test.ts',
 ];
