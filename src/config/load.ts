@@ -19,27 +19,10 @@ import { relationProblems } from './relations.js';
 import { DEFAULT_CONFIG, deepFreeze, type Config } from './schema.js';
 import { CONFIG_OVERRIDES, envLayer, flagLayer, mergeLayers, nonEmpty, readConfigFile, readConfigFileAsync, type Layer } from './sources.js';
 import { validateMerged } from './validate.js';
+import { ConfigError } from './errors.js';
 
 export { CONFIG_OVERRIDES, type ConfigOverride } from './sources.js';
 
-export class ConfigError extends Error {
-  override readonly name = 'ConfigError';
-  /** Each problem found, one sentence each; `message` joins them. */
-  readonly problems: readonly string[];
-
-  constructor(message: string, problems: readonly string[] = [message], options?: ErrorOptions) {
-    super(message, options);
-    this.problems = problems;
-  }
-
-  static fromProblems(problems: readonly string[]): ConfigError {
-    const message =
-      problems.length === 1
-        ? `invalid configuration: ${problems[0]}`
-        : `invalid configuration (${problems.length} problems):\n${problems.map((p) => `  - ${p}`).join('\n')}`;
-    return new ConfigError(message, problems);
-  }
-}
 
 export interface LoadConfigOptions {
   /** The flags after the subcommand, e.g. `['--port', '8080', '--upstream=https://tm.example.com']`. */

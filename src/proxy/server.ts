@@ -5,7 +5,7 @@
  * then connections, Redis and the upstream pool close.
  */
 import { randomBytes } from 'node:crypto';
-import { ConfigError } from '../config/load.js';
+import { ConfigError } from '../config/errors.js';
 import { MAKE_SECRET_HINT, usesRedis } from '../config/relations.js';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';

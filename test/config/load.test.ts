@@ -8,11 +8,11 @@ import { parse as parseYaml } from 'yaml';
 import {
   assertUpstream,
   CONFIG_OVERRIDES,
-  ConfigError,
   loadConfig,
   loadConfigAsync,
   normalizeUpstreamUrl,
 } from '../../src/config/load.js';
+import { ConfigError } from '../../src/config/errors.js';
 import { DEFAULT_CONFIG, RESOURCE_NAMES, type Config } from '../../src/config/schema.js';
 import { keysWithoutComment } from '../helpers/yaml-comments.js';
 

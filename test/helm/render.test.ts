@@ -10,7 +10,8 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError, loadConfig } from '../../src/config/load.js';
+import { ConfigError } from '../../src/config/errors.js';
+import { loadConfig } from '../../src/config/load.js';
 import { DEFAULT_CONFIG, type Config } from '../../src/config/schema.js';
 import { renderChart, renderText, type Rendered } from './render.js';
 
