@@ -29,12 +29,12 @@ import type { CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import { pathOf, type ForwardKind, type Recorder, type UpstreamTiming } from '../ops/recorder.js';
 import { toUpstreamError } from '../upstream/client.js';
-import { decide } from './decide.js';
+import { decide, lapsedKey } from './decide.js';
 import { askForGzipVariant } from './encoding.js';
 import { cacheStatus } from './headers.js';
 import type { Caller, IdentityResolver } from './identity.js';
 import type { ReadThrough } from './read-through.js';
-import { keyFor, resolveRoute, type RouteInfo, type RouteMemo } from './route-memo.js';
+import { resolveRoute, type RouteInfo, type RouteMemo } from './route-memo.js';
 import { localAnswer, type Served } from './served.js';
 import { lastWrite, writeServed } from './writer.js';
 
@@ -172,7 +172,7 @@ export class Pipeline {
       // identity.staleOnOutage allows and the instance itself failed, never on tm-cache's own
       // queue-full (read-through.ts serveStaleOnly; README "Revocation").
       const lapsed = identity.peekLapsed(authorization);
-      const key = lapsed !== undefined && route.kind === 'cacheable' && !route.req.op.adminOnly ? keyFor(route, lapsed.scope) : undefined;
+      const key = lapsedKey(route, lapsed);
       const served = await this.#o.readThrough.serveStaleOnly(key, failure, budget);
       return this.#finish(req, res, served, operation, lapsed?.userId, key, this.#o.now(), start, requestId);
     }

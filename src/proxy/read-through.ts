@@ -31,8 +31,8 @@ import type { FreshnessPolicy } from '../cache/policy.js';
 import type { TierName } from '../cache/tier.js';
 import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
-import { projectOf, revealsProjects, type ProjectAccess } from './access-confirmation.js';
-import type { Decision } from './decide.js';
+import { projectOf, type ProjectAccess } from './access-confirmation.js';
+import { ownerOf, type Decision } from './decide.js';
 import type { RetryAfterGate } from './retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './served.js';
 import { describeAnswer, isApiAnswer, isStorable, makeEntry } from './storable.js';
@@ -179,8 +179,7 @@ export class ReadThrough {
    * one by one, stored longer ago than that. A WeakMap and two Map lookups, a comparison.
    */
   #needsConfirmation(d: Decision, entry: CacheEntry, now: number): boolean {
-    const op = d.req.op;
-    if (!revealsProjects(op)) return false; // shared admin answers are verified by access.ttlMs; GET /user names no project
+    if (d.gate !== 'project') return false; // shared admin answers are verified by access.ttlMs; GET /user names no project
     const projectId = projectOf(entry);
     if (projectId !== undefined) return !this.o.projects.isConfirmed(d.caller.userId, projectId, now);
     return !this.o.projects.isConfirmedByFill(entry.storedAt, now);
@@ -252,9 +251,9 @@ export class ReadThrough {
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (isApiAnswer(res)) access.afterFill(answered, res.status);
         if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };
-        const entry = makeEntry(d.req, res, this.o.policy, this.o.now(), d.req.op.adminOnly ? undefined : d.caller.scope);
+        const entry = makeEntry(d.req, res, this.o.policy, this.o.now(), ownerOf(d));
         // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
-        const projectId = d.req.op.adminOnly ? undefined : projectOf(entry);
+        const projectId = d.gate === 'project' ? projectOf(entry) : undefined;
         if (projectId !== undefined) this.o.projects.renew(d.caller.userId, projectId, askedAt, d);
         return { kind: 'entry', entry };
       },
@@ -294,7 +293,7 @@ export function isInstanceFailure(err: UpstreamError): boolean {
 }
 
 function answeredRequest(d: Decision): AnsweredRequest {
-  return { key: d.key, mayRead: d.mayRead, adminOnly: d.req.op.adminOnly, caller: d.caller, authorization: d.authorization };
+  return { key: d.key, mayRead: d.mayRead, gate: d.gate, caller: d.caller, authorization: d.authorization };
 }
 
 function staleOnError(found: Found, upstreamStatus?: number): Served {

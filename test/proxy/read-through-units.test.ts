@@ -11,7 +11,7 @@ import { FreshnessPolicy } from '../../src/cache/policy.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 import { AccessRules, type AccessTargets } from '../../src/proxy/access.js';
 import { ProjectAccess } from '../../src/proxy/access-confirmation.js';
-import { decide, type Decision } from '../../src/proxy/decide.js';
+import { decide, lapsedKey, type Decision } from '../../src/proxy/decide.js';
 import type { Caller } from '../../src/proxy/identity.js';
 import { ReadThrough, type Found, type ReadCache } from '../../src/proxy/read-through.js';
 import { RetryAfterGate } from '../../src/proxy/retry-after.js';
@@ -51,6 +51,22 @@ describe('decide', () => {
   });
 
   it.each([
+    ['/api/v1/users', 'admin', 'admin'],
+    ['/api/v1/user', 'u:7', 'identity'],
+    ['/api/v1/projects', 'u:7', 'project'],
+    ['/api/v1/runs/4/results', 'u:7', 'project'],
+  ])('decides %s into scope %s, gated by %s', (url, scope, gate) => {
+    expect(decideFor(url, caller(7))).toMatchObject({ scope, gate });
+  });
+
+  it("gives a lapsed caller their own scope's key, none for an admin-only operation or an unknown caller", () => {
+    expect(lapsedKey(route('/api/v1/projects/1/runs'), caller(7))).toBe(decideFor('/api/v1/projects/1/runs', caller(7)).key);
+    expect(lapsedKey(route('/api/v1/users'), caller(7, T0 + 1))).toBeUndefined();
+    expect(lapsedKey(route('/api/v1/projects'), undefined)).toBeUndefined();
+    expect(lapsedKey(resolveRoute('/api/v1/projects?per_page=abc'), caller(7))).toBeUndefined();
+  });
+
+  it.each([
     [{ 'cache-control': 'no-cache' }, true, true],
     [{ 'cache-control': 'max-age=0' }, true, true],
     [{ pragma: 'no-cache' }, true, true],
@@ -73,7 +89,7 @@ describe('AccessRules', () => {
     };
     return { log, rules: new AccessRules(targets) };
   }
-  const request = (adminOnly: boolean, mayRead: boolean) => ({ key: 'K', mayRead, adminOnly, caller: caller(3), authorization: 'A' });
+  const request = (adminOnly: boolean, mayRead: boolean) => ({ key: 'K', mayRead, gate: adminOnly ? ('admin' as const) : ('project' as const), caller: caller(3), authorization: 'A' });
 
   it.each([
     [200, true, true, ['markAdmin 3']],
