@@ -15,8 +15,8 @@
  * `adminOnly` is read here and nowhere else in the proxy). A caller whose identity lapsed is
  * given a key by `lapsedKey`, here too.
  *
- * The Decision is also the request's budget for waiting on Redis (budget.ts): a plain field, so
- * a memory hit allocates nothing more for it.
+ * `decide` writes the Decision into the request's exchange (exchange.ts), which is also the
+ * request's budget for waiting on Redis (budget.ts): a memory hit allocates nothing for either.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { CanonicalRequest } from '../api/normalize.js';
@@ -38,7 +38,7 @@ import { keyFor, type CacheableRoute, type RouteInfo } from './route-memo.js';
 export type EntryGate = 'admin' | 'project' | 'identity';
 
 export interface Decision extends SharedTierBudget {
-  readonly req: CanonicalRequest;
+  readonly canonical: CanonicalRequest;
   readonly caller: Caller;
   readonly authorization: string;
   readonly scope: Scope;
@@ -58,6 +58,10 @@ export interface DecideOptions {
   readonly isVerifiedAdmin: (caller: Caller, t: number) => boolean;
 }
 
+/** Where `decide` writes: the request's exchange (exchange.ts), the one object a hit allocates. */
+export type DecisionSlots = { -readonly [K in keyof Decision]: Decision[K] };
+
+/** Decides a cacheable request from a known caller, at `t`, into `into` (the request's exchange); answers it as the Decision. */
 export function decide(
   route: CacheableRoute,
   caller: Caller,
@@ -65,10 +69,10 @@ export function decide(
   headers: IncomingHttpHeaders,
   t: number,
   o: DecideOptions,
-  budget?: SharedTierBudget,
+  into: DecisionSlots,
 ): Decision {
-  const req = route.req;
-  const gate = gateOf(req.op);
+  const canonical = route.req;
+  const gate = gateOf(canonical.op);
   let scope: Scope;
   let key: string;
   let fillKey: string;
@@ -86,7 +90,16 @@ export function decide(
   const cacheControl = headers['cache-control'];
   const pragma = headers.pragma;
   const noCache = o.honorNoCache && (cacheControl !== undefined || pragma !== undefined) && wantsRevalidation(cacheControl, pragma);
-  return { req, caller, authorization, scope, gate, key, fillKey, mayRead, noCache, sharedTierSpent: budget?.sharedTierSpent ?? false, upstreamMs: undefined };
+  into.canonical = canonical;
+  into.caller = caller;
+  into.authorization = authorization;
+  into.scope = scope;
+  into.gate = gate;
+  into.key = key;
+  into.fillKey = fillKey;
+  into.mayRead = mayRead;
+  into.noCache = noCache;
+  return into;
 }
 
 /**

@@ -91,7 +91,7 @@ export class ReadThrough {
 
   serve(d: Decision, now: number): Served | Promise<Served> {
     if (!d.mayRead) return this.#act(d, undefined, now, 'lookup');
-    // The Decision is the request's budget (budget.ts): no allocation on a memory hit.
+    // The Decision is the request's exchange, and its budget (budget.ts): no allocation on a memory hit.
     const found = this.o.cache.get(d.key, now, d);
     if (found instanceof Promise) return found.then((f) => this.#act(d, f, this.o.now(), 'lookup'));
     return this.#act(d, found, now, 'lookup');
@@ -210,7 +210,7 @@ export class ReadThrough {
       acceptStored: how === 'fill',
       budget: d,
       fetch: async (): Promise<Fetched<Unstored>> => {
-        const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);
+        const path = makePath(d.canonical.op, d.canonical.ids) + (d.canonical.query === '' ? '' : `?${d.canonical.query}`);
         const askedAt = this.o.now();
         const started = performance.now();
         // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
@@ -219,7 +219,7 @@ export class ReadThrough {
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (isApiAnswer(res)) access.afterFill(answered, res.status);
         if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };
-        const entry = makeEntry(d.req, res, this.o.policy, this.o.now(), ownerOf(d));
+        const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d));
         // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
         const projectId = d.gate === 'project' ? projectOf(entry) : undefined;
         if (projectId !== undefined) this.o.projects.renew(d.caller.userId, projectId, askedAt, d);

@@ -3,8 +3,10 @@
  * a given age, from a caller of a given standing, is answered with. The actions on each verdict
  * are tested in read-through-units.test.ts and end to end.
  */
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { decide, type Decision } from '../../src/proxy/decide.js';
+import { Exchange } from '../../src/proxy/exchange.js';
 import type { Caller } from '../../src/proxy/identity.js';
 import { judge, type Facts, type Found, type Occasion, type Verdict } from '../../src/proxy/judge.js';
 import { resolveRoute } from '../../src/proxy/route-memo.js';
@@ -18,7 +20,7 @@ const caller: Caller = { userId: 7, scope: 'u:7', credentialId: 'cred-7', verifi
 function decided(url: string, headers: Record<string, string> = {}): Decision {
   const route = resolveRoute(url);
   if (route.kind !== 'cacheable') throw new Error(`${url} is ${route.kind}`);
-  return decide(route, caller, 'Bearer t', headers, T0, { honorNoCache: true, isVerifiedAdmin: (c, t) => t < c.adminUntil });
+  return decide(route, caller, 'Bearer t', headers, T0, { honorNoCache: true, isVerifiedAdmin: (c, t) => t < c.adminUntil }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
 }
 
 /** The fixture's entries live 60 s fresh, 120 s within stale-while-revalidate, 300 s within stale-if-error. */

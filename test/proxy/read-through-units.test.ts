@@ -3,6 +3,7 @@
  * may read), the access rules, the Retry-After gate, and the read-through over a fake cache and
  * a fake Upstream (counting what reached "the instance").
  */
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { makeErrorBody } from '../../src/api/errors.js';
 import type { CacheEntry } from '../../src/cache/entry.js';
@@ -12,6 +13,7 @@ import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 import { AccessRules, type AccessTargets } from '../../src/proxy/access.js';
 import { ProjectAccess } from '../../src/proxy/access-confirmation.js';
 import { decide, lapsedKey, type Decision } from '../../src/proxy/decide.js';
+import { Exchange } from '../../src/proxy/exchange.js';
 import type { Caller } from '../../src/proxy/identity.js';
 import { ReadThrough, type Found, type ReadCache } from '../../src/proxy/read-through.js';
 import { RetryAfterGate } from '../../src/proxy/retry-after.js';
@@ -34,7 +36,7 @@ function route(url: string): CacheableRoute {
 
 const isAdmin = (c: Caller, t: number) => t < c.adminUntil;
 const decideFor = (url: string, c: Caller, headers: Record<string, string> = {}, honorNoCache = true): Decision =>
-  decide(route(url), c, 'Bearer t', headers, T0, { honorNoCache, isVerifiedAdmin: isAdmin });
+  decide(route(url), c, 'Bearer t', headers, T0, { honorNoCache, isVerifiedAdmin: isAdmin }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
 
 describe('decide', () => {
   it("keys a member's question in their own scope, readable and filled under one key", () => {
