@@ -27,8 +27,12 @@ import type { Decision, EntryGate } from './decide.js';
 import type { Caller } from './identity.js';
 
 export class Exchange implements Decision, RequestRecord, ForwardedRecord {
-  /** The clock reading the answer is dated with (ms since epoch). */
-  t = 0;
+  /**
+   * The clock reading the answer is dated with (ms since epoch), set by the pipeline before any
+   * stage reads it. Declared without a value on purpose: a field that first holds a number is
+   * kept unboxed by V8 and every read of it passed on boxes it again (an allocation per hit).
+   */
+  t!: number;
   /** The operation as the record names it: a catalogue id, `invalid`, `unknown` or `passthrough`. */
   operation = 'passthrough';
   /** The caller, by user id only (never a credential), once known. */
