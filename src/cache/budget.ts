@@ -5,14 +5,9 @@
  * Redis costs a request at most one command timeout, however many lookups it would have made
  * (identity, admin verification, entry, fill lock, waiting for another replica's fill).
  *
- * Request-scoped and passed down explicitly (never a global): the pipeline's Decision carries
- * it as a plain field, so a memory hit allocates nothing for it.
+ * Request-scoped and passed down explicitly (never a global): the proxy's per-request exchange
+ * carries it as a plain field from the request's arrival, so a memory hit allocates nothing for it.
  */
 export interface SharedTierBudget {
   sharedTierSpent: boolean;
-}
-
-/** A fresh budget for work that has no Decision yet (resolving a caller). */
-export function makeBudget(): SharedTierBudget {
-  return { sharedTierSpent: false };
 }

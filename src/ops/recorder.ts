@@ -25,6 +25,36 @@ export interface UpstreamTiming {
   readonly ms: number;
 }
 
+/**
+ * A request as the record reads it: the proxy's per-request exchange (proxy/exchange.ts), which
+ * every stage filled in its own field. The record only reads it.
+ */
+interface Recorded {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly requestId: string;
+  /** performance.now() at arrival. */
+  readonly start: number;
+  /** The clock reading the answer is dated with. */
+  readonly t: number;
+  readonly operation: string;
+}
+
+/** A request the pipeline answered. */
+export interface RequestRecord extends Recorded {
+  readonly userId: number | undefined;
+  /** Body bytes written, and not written thanks to a 304. */
+  readonly sent: number;
+  readonly savedBy304: number;
+  /** How long the fill this request led took upstream (ms). */
+  readonly upstreamMs: number | undefined;
+}
+
+/** A forwarded request, once its response is done. */
+export interface ForwardedRecord extends Recorded {
+  readonly upstream: UpstreamTiming | undefined;
+}
+
 export class Recorder {
   /** `log.access` and `log.accessSample`: replaced whole on reload. */
   access: Config['log'];
@@ -45,20 +75,18 @@ export class Recorder {
     this.metrics.identityLookup('memo');
   }
 
-  /**
-   * A request the pipeline answered (cached, relayed, or made here). `start`: performance.now()
-   * at its arrival; `sent`/`savedBy304`: body bytes written, and not written thanks to a 304.
-   */
-  cached(req: IncomingMessage, res: ServerResponse, outcome: CacheOutcome, operation: string, userId: number | undefined, start: number, t: number, requestId: string, sent: number, savedBy304: number, upstreamMs: number | undefined): void {
-    const seconds = (performance.now() - start) / 1_000;
+  /** A request the pipeline answered (cached, relayed, or made here), with `outcome`. */
+  cached(r: RequestRecord, outcome: CacheOutcome): void {
+    const { req, res, operation, userId, t, sent, upstreamMs } = r;
+    const seconds = (performance.now() - r.start) / 1_000;
     const kind = outcome.kind;
     this.metrics.request(kind, outcome.tier ?? 'none', operation, res.statusCode, seconds);
     this.metrics.bytesSent(sent);
-    if (savedBy304 > 0) this.metrics.notModifiedSaved(savedBy304);
+    if (r.savedBy304 > 0) this.metrics.notModifiedSaved(r.savedBy304);
     this.stats.request(kind, outcome.tier, operation, userId, kind === 'miss' && outcome.upstreamStatus !== undefined, t);
     if (!this.#logs(kind === 'error' || res.statusCode >= 500)) return;
     this.#log.write({
-      reqId: requestId,
+      reqId: r.requestId,
       method: req.method!,
       op: operation,
       path: pathOf(req.url),
@@ -75,8 +103,9 @@ export class Recorder {
   }
 
   /** A forwarded request, once its response is done (or the client went away). */
-  forwarded(req: IncomingMessage, res: ServerResponse, kind: ForwardKind, operation: string, start: number, t: number, requestId: string, upstream: UpstreamTiming | undefined): void {
-    const seconds = (performance.now() - start) / 1_000;
+  forwarded(r: ForwardedRecord, kind: ForwardKind): void {
+    const { req, res, operation, t, upstream } = r;
+    const seconds = (performance.now() - r.start) / 1_000;
     const outcome = kind === 'bypass' ? 'bypass' : 'passthrough';
     // A client that went away before the answer was done: nginx's 499.
     const status = res.writableFinished ? res.statusCode : 499;
@@ -85,7 +114,7 @@ export class Recorder {
     if (!this.#logs(status >= 500)) return;
     const length = res.getHeader('content-length');
     this.#log.write({
-      reqId: requestId,
+      reqId: r.requestId,
       method: req.method!,
       op: operation,
       path: pathOf(req.url),

@@ -26,7 +26,6 @@
  * - An answer that is not the API's (a 200 SSO or maintenance page: not JSON) is no verdict,
  *   as for fills and GET /user: the entry is not served on its word.
  */
-import type { Operation } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
 import { Coalescer } from '../cache/coalesce.js';
 import type { CacheEntry } from '../cache/entry.js';
@@ -147,15 +146,6 @@ export class ProjectAccess {
 }
 
 const CONFIRMED: Confirmation = Object.freeze({ kind: 'confirmed' });
-
-/**
- * Does an answer of this operation reveal anything of a project? Every operation but the
- * admin-only ones (shared among verified admins, gated by `access.ttlMs`: users, roles, groups
- * name no project) and `GET /user` (the caller themself).
- */
-export function revealsProjects(op: Operation): boolean {
-  return !op.adminOnly && op.resource !== 'current_user';
-}
 
 /** The project an entry belongs to (its `project:<id>` tag), read once per entry object. */
 const projects = new WeakMap<CacheEntry, number | null>();

@@ -5,13 +5,14 @@
  *
  * | answer                          | effect                                                       |
  * |---------------------------------|--------------------------------------------------------------|
- * | 200 to an admin-only operation  | the caller is a verified site admin (`access.ttlMs`)         |
+ * | 200 to an admin-only operation (gate `admin`) | the caller is a verified site admin (`access.ttlMs`) |
  * | 401                             | the token's identity is forgotten, here and on every replica |
- * | 403 to an admin-only operation  | the caller is no (longer an) admin                           |
+ * | 403 to an admin-only operation (gate `admin`) | the caller is no (longer an) admin            |
  * | 401, 403, 404 to a caller who may read the key | the entry is dropped from every tier: the instance now refuses what is held, so it is not served stale |
  * | 403, 404 to a project access confirmation | that user's entries of the project are dropped from every tier, on every replica |
  * | 401 to a project access confirmation | the token's identity is forgotten, here and on every replica |
  */
+import type { EntryGate } from './decide.js';
 import type { Caller } from './identity.js';
 
 /** What the rules act on: the identity resolver and the cache. */
@@ -28,7 +29,8 @@ export interface AccessTargets {
 export interface AnsweredRequest {
   readonly key: string;
   readonly mayRead: boolean;
-  readonly adminOnly: boolean;
+  /** What gates the entry (decide.ts): an `admin` answer's 200 or 403 says whether the caller is a site admin. */
+  readonly gate: EntryGate;
   readonly caller: Caller;
   readonly authorization: string;
 }
@@ -41,14 +43,14 @@ export class AccessRules {
 
   /** The fill's own answer (the leader's request): verification and dropping what is refused. */
   afterFill(r: AnsweredRequest, status: number): void {
-    if (status === 200 && r.adminOnly) this.targets.markAdmin(r.caller);
+    if (status === 200 && r.gate === 'admin') this.targets.markAdmin(r.caller);
     if (REFUSALS.has(status) && r.mayRead) this.targets.deleteEntry(r.key);
   }
 
   /** Each caller served a refusal (leader or coalesced): what it says about that caller's credential. */
   afterRefusal(r: AnsweredRequest, status: number): void {
     if (status === 401) this.targets.forget(r.authorization);
-    if (status === 403 && r.adminOnly) this.targets.clearAdmin(r.caller);
+    if (status === 403 && r.gate === 'admin') this.targets.clearAdmin(r.caller);
   }
 
   /** A project access confirmation (access-confirmation.ts) refused with `status`. */

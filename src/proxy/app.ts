@@ -29,7 +29,8 @@ import { Coalescer } from '../cache/coalesce.js';
 import { IdentityResolver, type IdentityLookupResult, type SharedStore } from './identity.js';
 import { forwardOnly } from './forwarding.js';
 import { passthroughRequestLogger, registerPassthrough } from './passthrough.js';
-import { Pipeline, upstreamTimings, type Handler } from './pipeline.js';
+import { exchangeOf } from './exchange.js';
+import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache } from './read-through.js';
 import { RetryAfterGate } from './retry-after.js';
 import { RouteMemo } from './route-memo.js';
@@ -112,12 +113,14 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
     maxRetryAfterMs: () => current.upstream.maxRetryAfterMs,
     now,
     onAnswer: (request, status, ms) => {
-      upstreamTimings.set(request.raw, { status, ms });
+      const x = exchangeOf(request.raw);
+      if (x !== undefined) x.upstream = { status, ms };
       deps.onPassthroughAnswer?.(status);
       if (WRITE_METHODS.has(request.method) && status >= 200 && status < 300) void invalidateForWrite(request.url);
     },
     onFailure: (request, status, code, ms) => {
-      upstreamTimings.set(request.raw, { status, ms });
+      const x = exchangeOf(request.raw);
+      if (x !== undefined) x.upstream = { status, ms };
       deps.onPassthroughAnswer?.(undefined, code);
     },
   });

@@ -1,31 +1,48 @@
 /**
  * The one decision: what a cacheable request from a known caller may be answered from.
  *
- * - `key`: where the answer is stored and looked up. The caller's own scope (`u:<id>`), or the
- *   shared `admin` scope for admin-only operations.
+ * - `scope`: whose entry it is. The caller's own (`u:<id>`), or the shared `admin` scope for
+ *   admin-only operations.
+ * - `gate`: what, besides freshness, must hold before this caller is served the entry (`EntryGate`).
+ * - `key`: where the answer is stored and looked up, in `scope`.
  * - `fillKey`: what concurrent identical requests coalesce on. It differs from `key` only for a
  *   caller not yet verified as admin: their request goes upstream under their own token,
  *   coalesced only with their own, and the instance's 200 (which verifies them) or 403 decides.
  * - `mayRead`: whether this caller may read what `key` holds; false for that unverified caller.
  * - `noCache`: the client asked for revalidation (RFC 9111 §5.2.1.4), when that is honoured.
  *
- * Every stage asks this function; none decides scope or key on its own.
+ * Every stage asks this module; none decides scope, key or gate on its own (an operation's
+ * `adminOnly` is read here and nowhere else in the proxy). A caller whose identity lapsed is
+ * given a key by `lapsedKey`, here too.
  *
- * The Decision is also the request's budget for waiting on Redis (budget.ts): a plain field, so
- * a memory hit allocates nothing more for it.
+ * `decide` writes the Decision into the request's exchange (exchange.ts), which is also the
+ * request's budget for waiting on Redis (budget.ts): a memory hit allocates nothing for either.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { CanonicalRequest } from '../api/normalize.js';
 import type { SharedTierBudget } from '../cache/budget.js';
-import { ADMIN_SCOPE } from '../cache/key.js';
+import type { Operation } from '../api/catalogue.js';
+import { ADMIN_SCOPE, type Scope } from '../cache/key.js';
 import { wantsRevalidation } from './headers.js';
 import type { Caller } from './identity.js';
-import { keyFor, type CacheableRoute } from './route-memo.js';
+import { keyFor, type CacheableRoute, type RouteInfo } from './route-memo.js';
+
+/**
+ * What, besides freshness, must hold before a caller is served an entry:
+ * - `admin`: an admin-only answer, shared among verified admins: the caller verified as a site
+ *   admin within `access.ttlMs` (`mayRead`). A 200 of the operation verifies them, a 403 clears it.
+ * - `project`: an answer that reveals a project: the caller's access to it confirmed within
+ *   `access.projectConfirmMs` (access-confirmation.ts). A fresh 200 of the project confirms it.
+ * - `identity`: the caller's identity alone (`GET /user` names nobody but the caller).
+ */
+export type EntryGate = 'admin' | 'project' | 'identity';
 
 export interface Decision extends SharedTierBudget {
-  readonly req: CanonicalRequest;
+  readonly canonical: CanonicalRequest;
   readonly caller: Caller;
   readonly authorization: string;
+  readonly scope: Scope;
+  readonly gate: EntryGate;
   readonly key: string;
   readonly fillKey: string;
   readonly mayRead: boolean;
@@ -41,6 +58,10 @@ export interface DecideOptions {
   readonly isVerifiedAdmin: (caller: Caller, t: number) => boolean;
 }
 
+/** Where `decide` writes: the request's exchange (exchange.ts), the one object a hit allocates. */
+export type DecisionSlots = { -readonly [K in keyof Decision]: Decision[K] };
+
+/** Decides a cacheable request from a known caller, at `t`, into `into` (the request's exchange); answers it as the Decision. */
 export function decide(
   route: CacheableRoute,
   caller: Caller,
@@ -48,16 +69,20 @@ export function decide(
   headers: IncomingHttpHeaders,
   t: number,
   o: DecideOptions,
-  budget?: SharedTierBudget,
+  into: DecisionSlots,
 ): Decision {
-  const req = route.req;
+  const canonical = route.req;
+  const gate = gateOf(canonical.op);
+  let scope: Scope;
   let key: string;
   let fillKey: string;
   let mayRead = true;
-  if (!req.op.adminOnly) {
-    key = fillKey = keyFor(route, caller.scope);
+  if (gate !== 'admin') {
+    scope = caller.scope;
+    key = fillKey = keyFor(route, scope);
   } else {
-    key = keyFor(route, ADMIN_SCOPE);
+    scope = ADMIN_SCOPE;
+    key = keyFor(route, scope);
     mayRead = o.isVerifiedAdmin(caller, t);
     fillKey = mayRead ? key : keyFor(route, caller.scope);
   }
@@ -65,5 +90,39 @@ export function decide(
   const cacheControl = headers['cache-control'];
   const pragma = headers.pragma;
   const noCache = o.honorNoCache && (cacheControl !== undefined || pragma !== undefined) && wantsRevalidation(cacheControl, pragma);
-  return { req, caller, authorization, key, fillKey, mayRead, noCache, sharedTierSpent: budget?.sharedTierSpent ?? false, upstreamMs: undefined };
+  into.canonical = canonical;
+  into.caller = caller;
+  into.authorization = authorization;
+  into.scope = scope;
+  into.gate = gate;
+  into.key = key;
+  into.fillKey = fillKey;
+  into.mayRead = mayRead;
+  into.noCache = noCache;
+  return into;
+}
+
+/**
+ * What gates an operation's answers. Every operation but the admin-only ones (users, roles,
+ * groups: they name no project) and `GET /user` (the caller themself) reveals something of a
+ * project.
+ */
+function gateOf(op: Operation): EntryGate {
+  if (op.adminOnly) return 'admin';
+  return op.resource === 'current_user' ? 'identity' : 'project';
+}
+
+/**
+ * The key a caller whose identity lapsed (it cannot be verified while the instance fails) may be
+ * served stale from: their own scope's, as `decide` would give it. None for an admin-only
+ * operation: its shared entries are for verified admins only.
+ */
+export function lapsedKey(route: RouteInfo, lapsed: Caller | undefined): string | undefined {
+  if (lapsed === undefined || route.kind !== 'cacheable' || gateOf(route.req.op) === 'admin') return undefined;
+  return keyFor(route, lapsed.scope);
+}
+
+/** The scope an entry's tags name its owner by (storable.ts): a user's own entry's; none for a shared one. */
+export function ownerOf(d: Decision): Scope | undefined {
+  return d.scope === ADMIN_SCOPE ? undefined : d.scope;
 }

@@ -11,6 +11,8 @@
  *     → read-through (read-through.ts: tiers in order, fill, stale)
  *     → writer (writer.ts) and record (ops/recorder.ts: metrics, stats, access log line)
  *
+ * Every request gets one exchange (exchange.ts), made in `handle`: each stage fills its own field
+ * of it (the decision, the bytes written, the upstream's time), and the record reads them there.
  * Every request gets an id (its own `X-Request-Id` when it sent a sane one, else a new one: `<process prefix>-<sequence>`),
  * echoed on the response and in its access log line; forwarded requests are recorded by the
  * same recorder once their response is done.
@@ -24,24 +26,21 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { makeErrorBody } from '../api/errors.js';
-import { makeBudget, type SharedTierBudget } from '../cache/budget.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
-import { pathOf, type ForwardKind, type Recorder, type UpstreamTiming } from '../ops/recorder.js';
+import { pathOf, type ForwardKind, type Recorder } from '../ops/recorder.js';
 import { toUpstreamError } from '../upstream/client.js';
-import { decide } from './decide.js';
+import { decide, lapsedKey } from './decide.js';
 import { askForGzipVariant } from './encoding.js';
+import { carry, Exchange } from './exchange.js';
 import { cacheStatus } from './headers.js';
 import type { Caller, IdentityResolver } from './identity.js';
 import type { ReadThrough } from './read-through.js';
-import { keyFor, resolveRoute, type RouteInfo, type RouteMemo } from './route-memo.js';
+import { resolveRoute, type RouteInfo, type RouteMemo } from './route-memo.js';
 import { localAnswer, type Served } from './served.js';
-import { lastWrite, writeServed } from './writer.js';
+import { writeServed } from './writer.js';
 
 export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
-
-/** Where the passthrough leaves what it learned of a forwarded request's upstream answer. */
-export const upstreamTimings = new WeakMap<object, UpstreamTiming>();
 
 /** A client's own request id is kept when it is printable ASCII of sane length; else a new one. */
 const SANE_REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
@@ -86,95 +85,100 @@ export class Pipeline {
     this.#decideOptions = { honorNoCache: options.honorNoCache, isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t) };
   }
 
+  /** One request: its exchange (exchange.ts) is made here, and every stage fills its own field of it. */
   handle(req: IncomingMessage, res: ServerResponse): void {
-    const start = performance.now();
-    const requestId = requestIdOf(req);
+    const x = new Exchange(req, res, performance.now(), requestIdOf(req));
     try {
-      this.#route(req, res, start, requestId);
+      this.#route(x);
     } catch (err) {
-      this.#fail(req, res, err, start, requestId);
+      this.#fail(x, err);
     }
   }
 
-  #route(req: IncomingMessage, res: ServerResponse, start: number, requestId: string): void {
-    const method = req.method;
-    const authorization = req.headers.authorization;
-    if ((method !== 'GET' && method !== 'HEAD') || authorization === undefined) return this.#forward(req, res, 'passthrough', 'passthrough', start, requestId);
-    const url = req.url!;
+  #route(x: Exchange): void {
+    const method = x.req.method;
+    const authorization = x.req.headers.authorization;
+    if ((method !== 'GET' && method !== 'HEAD') || authorization === undefined) return this.#forward(x, 'passthrough', 'passthrough');
+    const url = x.req.url!;
     const memoized = this.#o.routes.get(url);
     const route = memoized ?? resolveRoute(url);
-    if (route.kind === 'passthrough') return this.#forward(req, res, 'passthrough', 'passthrough', start, requestId);
-    const t = this.#o.now();
-    const caller = this.#o.identity.peek(authorization, t);
+    if (route.kind === 'passthrough') return this.#forward(x, 'passthrough', 'passthrough');
+    x.t = this.#o.now();
+    const caller = this.#o.identity.peek(authorization, x.t);
     // A routing is remembered only once its caller is known (item 5): junk credentials fill nothing.
     const unmemoized = memoized === undefined ? url : undefined;
     if (caller !== undefined) {
       this.#recorder.identityMemoHit();
-      return this.#withCaller(req, res, route, caller, authorization, t, start, requestId, unmemoized);
+      return this.#withCaller(x, route, caller, authorization, unmemoized);
     }
-    this.#identify(req, res, route, authorization, unmemoized, start, requestId).catch((err: unknown) => this.#fail(req, res, err, start, requestId));
+    this.#identify(x, route, authorization, unmemoized).catch((err: unknown) => this.#fail(x, err));
   }
 
   /** Hands a request to fastify (passthrough), to be recorded once its response is done. */
-  #forward(req: IncomingMessage, res: ServerResponse, kind: ForwardKind, operation: string, start: number, requestId: string): void {
-    res.setHeader('x-request-id', requestId);
-    res.once('close', () => this.#recorder.forwarded(req, res, kind, operation, start, this.#o.now(), requestId, upstreamTimings.get(req)));
-    this.forward(req, res);
+  #forward(x: Exchange, kind: ForwardKind, operation: string): void {
+    x.operation = operation;
+    x.res.setHeader('x-request-id', x.requestId);
+    // The passthrough fills the exchange's `upstream` (app.ts): the request carries it through fastify.
+    carry(x);
+    x.res.once('close', () => {
+      x.t = this.#o.now();
+      this.#recorder.forwarded(x, kind);
+    });
+    this.forward(x.req, x.res);
   }
 
-  #withCaller(
-    req: IncomingMessage,
-    res: ServerResponse,
-    route: Exclude<RouteInfo, { kind: 'passthrough' }>,
-    caller: Caller,
-    authorization: string,
-    t: number,
-    start: number,
-    requestId: string,
-    unmemoized?: string,
-    budget?: SharedTierBudget,
-  ): void {
+  #withCaller(x: Exchange, route: Exclude<RouteInfo, { kind: 'passthrough' }>, caller: Caller, authorization: string, unmemoized?: string): void {
     if (unmemoized !== undefined) this.#o.routes.set(unmemoized, route);
+    x.userId = caller.userId;
     if (route.kind === 'invalid') {
-      return this.#finish(req, res, localAnswer(route.error.status, route.error.toBody(), INVALID), 'invalid', caller.userId, undefined, t, start, requestId);
+      x.operation = 'invalid';
+      return this.#finish(x, localAnswer(route.error.status, route.error.toBody(), INVALID));
     }
     if (route.kind === 'bypass') {
       const operation = 'unknown';
-      if (this.#o.strict) return this.#finish(req, res, localAnswer(422, unknownParamsBody(route.unknown), INVALID), operation, caller.userId, undefined, t, start, requestId);
-      res.setHeader('cache-status', cacheStatus(UNKNOWN_PARAM, undefined, t));
-      return this.#forward(req, res, 'bypass', operation, start, requestId);
+      if (this.#o.strict) {
+        x.operation = operation;
+        return this.#finish(x, localAnswer(422, unknownParamsBody(route.unknown), INVALID));
+      }
+      x.res.setHeader('cache-status', cacheStatus(UNKNOWN_PARAM, undefined, x.t));
+      return this.#forward(x, 'bypass', operation);
     }
-    const d = decide(route, caller, authorization, req.headers, t, this.#decideOptions, budget);
-    const served = this.#o.readThrough.serve(d, t);
-    if (!(served instanceof Promise)) return this.#finish(req, res, served, d.req.op.id, caller.userId, d.key, t, start, requestId);
+    const d = decide(route, caller, authorization, x.req.headers, x.t, this.#decideOptions, x);
+    x.operation = d.canonical.op.id;
+    const served = this.#o.readThrough.serve(d, x.t);
+    if (!(served instanceof Promise)) return this.#finish(x, served, d.key);
     // A throw while writing (a stored value node refuses) must reach #fail too: so .catch after
     // .then, never .then's second argument, which would leave the request unanswered.
     served
-      .then((s) => this.#finish(req, res, s, d.req.op.id, caller.userId, d.key, this.#o.now(), start, requestId, d.upstreamMs))
-      .catch((err: unknown) => this.#fail(req, res, err, start, requestId));
+      .then((s) => {
+        x.t = this.#o.now();
+        this.#finish(x, s, d.key);
+      })
+      .catch((err: unknown) => this.#fail(x, err));
   }
 
   /** A caller not in the memo: resolved (shared store, else upstream), then the request goes on. */
-  async #identify(req: IncomingMessage, res: ServerResponse, route: Exclude<RouteInfo, { kind: 'passthrough' }>, authorization: string, unmemoized: string | undefined, start: number, requestId: string): Promise<void> {
+  async #identify(x: Exchange, route: Exclude<RouteInfo, { kind: 'passthrough' }>, authorization: string, unmemoized: string | undefined): Promise<void> {
     const identity = this.#o.identity;
-    const operation = route.kind === 'cacheable' ? route.req.op.id : 'invalid';
-    // This request's allowance for waiting on Redis, from the identity lookup to the fill lock.
-    const budget = makeBudget();
+    x.operation = route.kind === 'cacheable' ? route.req.op.id : 'invalid';
     try {
-      const result = await identity.resolve(authorization, budget);
-      const t = this.#o.now();
-      if (result.kind === 'caller') return this.#withCaller(req, res, route, result.caller, authorization, t, start, requestId, unmemoized, budget);
+      // The exchange is this request's allowance for waiting on Redis (budget.ts), from the identity lookup to the fill lock.
+      const result = await identity.resolve(authorization, x);
+      x.t = this.#o.now();
+      if (result.kind === 'caller') return this.#withCaller(x, route, result.caller, authorization, unmemoized);
       const refused: Served = { kind: 'relay', response: result.response, outcome: { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status } };
-      return this.#finish(req, res, refused, operation, undefined, undefined, t, start, requestId);
+      return this.#finish(x, refused);
     } catch (err) {
       const failure = toUpstreamError(err);
       // The instance is failing: a caller we knew may still get what we hold for them, if
       // identity.staleOnOutage allows and the instance itself failed, never on tm-cache's own
       // queue-full (read-through.ts serveStaleOnly; README "Revocation").
       const lapsed = identity.peekLapsed(authorization);
-      const key = lapsed !== undefined && route.kind === 'cacheable' && !route.req.op.adminOnly ? keyFor(route, lapsed.scope) : undefined;
-      const served = await this.#o.readThrough.serveStaleOnly(key, failure, budget);
-      return this.#finish(req, res, served, operation, lapsed?.userId, key, this.#o.now(), start, requestId);
+      const key = lapsedKey(route, lapsed);
+      const served = await this.#o.readThrough.serveStaleOnly(key, failure, x);
+      x.userId = lapsed?.userId;
+      x.t = this.#o.now();
+      return this.#finish(x, served, key);
     }
   }
 
@@ -183,23 +187,24 @@ export class Pipeline {
    * the caller named by user id only, never the credential). `key`: where a served entry is
    * stored, so that its gzip variant can be made.
    */
-  #finish(req: IncomingMessage, res: ServerResponse, served: Served, operation: string, userId: number | undefined, key: string | undefined, t: number, start: number, requestId: string, upstreamMs?: number): void {
-    if (served.kind === 'entry' && key !== undefined) askForGzipVariant(this.#o.cache, key, served.entry, req.headers['accept-encoding']);
-    writeServed(req, res, served, t, requestId);
-    this.#recorder.cached(req, res, served.outcome, operation, userId, start, t, requestId, lastWrite.sent, lastWrite.savedBy304, upstreamMs);
+  #finish(x: Exchange, served: Served, key?: string): void {
+    if (served.kind === 'entry' && key !== undefined) askForGzipVariant(this.#o.cache, key, served.entry, x.req.headers['accept-encoding']);
+    writeServed(x, served);
+    this.#recorder.cached(x, served.outcome);
   }
 
-  #fail(req: IncomingMessage, res: ServerResponse, err: unknown, start: number, requestId: string): void {
-    this.#o.logger.error({ err: err instanceof Error ? `${err.name}: ${err.message}` : String(err), reqId: requestId, path: pathOf(req.url) }, 'request pipeline failed');
+  #fail(x: Exchange, err: unknown): void {
+    const res = x.res;
+    this.#o.logger.error({ err: err instanceof Error ? `${err.name}: ${err.message}` : String(err), reqId: x.requestId, path: pathOf(x.req.url) }, 'request pipeline failed');
     if (res.headersSent || res.writableEnded) return void res.destroy();
     // Nothing written yet: the instance can still answer it, uncached. A writeHead that threw
     // half-way may have left its status and headers on `res`: start the response afresh.
     try {
       for (const name of res.getHeaderNames()) res.removeHeader(name);
       res.statusCode = 200;
-      this.#forward(req, res, 'passthrough', 'passthrough', start, requestId);
+      this.#forward(x, 'passthrough', 'passthrough');
     } catch (again) {
-      this.#o.logger.error({ err: again instanceof Error ? again.message : String(again), path: pathOf(req.url) }, 'request could not be forwarded');
+      this.#o.logger.error({ err: again instanceof Error ? again.message : String(again), path: pathOf(x.req.url) }, 'request could not be forwarded');
       res.destroy();
     }
   }

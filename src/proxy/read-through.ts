@@ -1,16 +1,16 @@
 /**
- * One decided request, read through the cache: hit, stale, coalesced or fill.
+ * One decided request, read through the cache: hit, stale, coalesced or fill. The tiers are
+ * asked in order (memory answers synchronously), `judge` (judge.ts) names the verdict on what
+ * they hold, and `#act` carries it out, one case each:
  *
- *   tiers, in order (memory answers synchronously)
- *        │ an entry of a project whose access by this user lapsed (access-confirmation.ts):
- *        │ confirm first (async) ── refused ─▶ the user's entries of the project dropped, filled
- *        │ an entry of projects not confirmable one by one, past projectConfirmMs from its fill ─▶ filled
- *        ▼ ──fresh──▶ hit
- *        │ stale within stale-while-revalidate ─▶ serve it, refresh in background (coalesced)
- *        ▼ missing, or the client asked to revalidate
- *   caller rate-limited? (retry-after.ts) ─▶ stale if usable, else 429 with the remaining wait
- *        ▼
- *   fill (fill.ts: coalesced per key, and across replicas through a short lock)
+ *   fresh ─▶ hit
+ *   stale-while-revalidate ─▶ served, refreshed in the background (coalesced)
+ *   confirm-access (access-confirmation.ts, async) ── confirmed ─▶ judged again
+ *        └ refused ─▶ the user's entries of the project dropped; judged again with nothing held
+ *   rate-limited (retry-after.ts) ─▶ stale if usable, else 429 with the remaining wait
+ *   fill │ fill-from-instance │ fill-unconfirmed
+ *        ▼ (fill.ts: coalesced per key, and across replicas through a short lock)
+ *        ├ an entry another replica stored since the look-up ─▶ judged again, as a Redis hit
  *        ├ JSON 200 ─▶ stored (storable.ts), answered
  *        ├ 429 ─▶ the caller is gated; stale, else relayed with a Retry-After within the cap
  *        ├ 3xx ─▶ relayed whole, Location included, never stored (RFC 9110 §15.4)
@@ -23,25 +23,21 @@
  */
 import { makePath } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
-import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
+import { isUsableOnError } from '../cache/entry.js';
 import type { CoalescedRun } from '../cache/coalesce.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
-import type { TierName } from '../cache/tier.js';
 import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
-import { projectOf, revealsProjects, type ProjectAccess } from './access-confirmation.js';
-import type { Decision } from './decide.js';
+import { projectOf, type ProjectAccess } from './access-confirmation.js';
+import { ownerOf, type Decision } from './decide.js';
+import { judge, type FillVerdict, type Found, type Occasion } from './judge.js';
 import type { RetryAfterGate } from './retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './served.js';
 import { describeAnswer, isApiAnswer, isStorable, makeEntry } from './storable.js';
 
-/** An entry held for a key and the tier it came from. */
-export interface Found {
-  readonly entry: CacheEntry;
-  readonly tier: TierName;
-}
+export type { Found } from './judge.js';
 
 /** The cache as the read-through sees it (TieredCache implements it). */
 export interface ReadCache extends FillStore {
@@ -94,11 +90,11 @@ export class ReadThrough {
   }
 
   serve(d: Decision, now: number): Served | Promise<Served> {
-    if (!d.mayRead) return this.#afterLookup(d, undefined, now);
-    // The Decision is the request's budget (budget.ts): no allocation on a memory hit.
+    if (!d.mayRead) return this.#act(d, undefined, now, 'lookup');
+    // The Decision is the request's exchange, and its budget (budget.ts): no allocation on a memory hit.
     const found = this.o.cache.get(d.key, now, d);
-    if (found instanceof Promise) return found.then((f) => this.#afterLookup(d, f, this.o.now()));
-    return this.#afterLookup(d, found, now);
+    if (found instanceof Promise) return found.then((f) => this.#act(d, f, this.o.now(), 'lookup'));
+    return this.#act(d, found, now, 'lookup');
   }
 
   /** Asking upstream failed and the caller's identity could not be re-verified: stale for `key` if `#servesStaleOnOutage`, else the failure. */
@@ -108,29 +104,31 @@ export class ReadThrough {
     return this.#unconfirmedOnFailure(await this.o.cache.get(key, undefined, budget), err, this.o.now());
   }
 
-  /**
-   * `confirmed`: this request's access to the entry's project was just confirmed upstream, so
-   * the check is not repeated (with `access.projectConfirmMs: 0` it would never pass).
-   * `acceptStored`: may a fill of this request be answered by an entry another replica stored
-   * since the look-up? Not for no-cache, nor once the instance refused this caller's access.
-   */
-  #afterLookup(d: Decision, found: Found | undefined, now: number, confirmed = false, acceptStored = !d.noCache): Served | Promise<Served> {
-    if (found !== undefined && !confirmed && this.#needsConfirmation(d, found.entry, now)) return this.#confirmThenServe(d, found);
-    if (found !== undefined && !d.noCache) {
-      if (isFresh(found.entry, now)) return { kind: 'entry', entry: found.entry, outcome: HIT[found.tier] };
-      if (isUsableWhileRevalidating(found.entry, now)) {
+  /** The verdict on what the request holds (judge.ts), acted on. */
+  #act(d: Decision, found: Found | undefined, now: number, occasion: Occasion): Served | Promise<Served> {
+    const verdict = judge(d, found, now, this.o, occasion);
+    switch (verdict.kind) {
+      case 'fresh':
+        return { kind: 'entry', entry: found!.entry, outcome: HIT[found!.tier] };
+      case 'stale-while-revalidate':
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
-        if (!this.#filler.isRunning(d.fillKey)) this.#filler.run(this.#job(d)).promise.catch((err: unknown) => this.o.onBackgroundError(err, d.key));
-        return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: 'stale-while-revalidate' } };
-      }
+        if (!this.#filler.isRunning(d.fillKey)) this.#filler.run(this.#job(d, 'fill')).promise.catch((err: unknown) => this.o.onBackgroundError(err, d.key));
+        return { kind: 'entry', entry: found!.entry, outcome: { kind: 'stale', tier: found!.tier, detail: 'stale-while-revalidate' } };
+      case 'confirm-access':
+        return this.#confirmThenServe(d, found!, verdict.projectId);
+      case 'rate-limited':
+        return whileRateLimited(verdict.stale, verdict.blockedMs);
+      case 'fill':
+      case 'fill-from-instance':
+      case 'fill-unconfirmed':
+        return this.#fillAndServe(d, found, now, verdict.kind);
     }
-    const blockedMs = this.o.gate.blockedMs(d.caller.userId, now);
-    if (blockedMs > 0) return whileRateLimited(found, now, blockedMs);
-    return this.#fillAndServe(d, found, now, acceptStored);
   }
 
-  async #fillAndServe(d: Decision, found: Found | undefined, now: number, acceptStored: boolean, standing: Standing = 'confirmed'): Promise<Served> {
-    const job = this.#job(d, acceptStored);
+  /** A fill, as the verdict named it (judge.ts): whether another replica's entry may answer it, whether the caller's access is confirmed. */
+  async #fillAndServe(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
+    const standing: Standing = how === 'fill-unconfirmed' ? 'unconfirmed' : 'confirmed';
+    const job = this.#job(d, how);
     const run = this.#filler.run(job);
     let result: FillResult<Unstored>;
     try {
@@ -142,7 +140,7 @@ export class ReadThrough {
       return upstreamFailure(failure);
     }
     // Stored by another replica since the look-up: served as the Redis hit it is, access rules included.
-    if (result.kind === 'entry' && result.storedEarlier) return this.#afterLookup(d, { entry: result.entry, tier: 'redis' }, this.o.now(), false, false);
+    if (result.kind === 'entry' && result.storedEarlier) return this.#act(d, { entry: result.entry, tier: 'redis' }, this.o.now(), 'stored-earlier');
     const kind: OutcomeKind = run.leader ? 'miss' : 'coalesced';
     if (result.kind === 'entry') {
       const outcome: CacheOutcome = { kind, stored: result.stored, upstreamStatus: 200, ...(d.noCache ? { detail: 'no-cache' } : {}) };
@@ -173,48 +171,17 @@ export class ReadThrough {
     return result;
   }
 
-  /**
-   * The hit path's access check: a user's entry of a project, whose access by that user was not
-   * confirmed within `access.projectConfirmMs`; or an entry of projects that cannot be confirmed
-   * one by one, stored longer ago than that. A WeakMap and two Map lookups, a comparison.
-   */
-  #needsConfirmation(d: Decision, entry: CacheEntry, now: number): boolean {
-    const op = d.req.op;
-    if (!revealsProjects(op)) return false; // shared admin answers are verified by access.ttlMs; GET /user names no project
-    const projectId = projectOf(entry);
-    if (projectId !== undefined) return !this.o.projects.isConfirmed(d.caller.userId, projectId, now);
-    return !this.o.projects.isConfirmedByFill(entry.storedAt, now);
-  }
-
-  /** A due confirmation: asked (coalesced, shared), then the entry is served, or dropped and the request filled. */
-  async #confirmThenServe(d: Decision, found: Found): Promise<Served> {
-    const projectId = projectOf(found.entry);
-    if (projectId === undefined) return this.#refillUnconfirmed(d, found);
-    // A rate-limited caller is not asked about upstream: unconfirmed, they get the 429 (never the entry).
-    if (this.o.gate.blockedMs(d.caller.userId, this.o.now()) > 0) return this.#afterLookup(d, undefined, this.o.now(), true, false);
+  /** A due confirmation of the caller's access to the entry's project: asked (coalesced, shared), then the entry is served, or dropped and the request filled. */
+  async #confirmThenServe(d: Decision, found: Found, projectId: number): Promise<Served> {
     const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId, d);
     const now = this.o.now();
-    if (confirmation.kind === 'confirmed') return this.#afterLookup(d, found, now, true);
+    if (confirmation.kind === 'confirmed') return this.#act(d, found, now, 'access-confirmed');
     if (confirmation.kind === 'failed') return this.#unconfirmedOnFailure(found, confirmation.error, now);
     const res = confirmation.response;
     if (res.status === 429) this.o.gate.block(d.caller.userId, res.headers['retry-after'], now);
     this.o.access.afterConfirmation(answeredRequest(d), projectId, res.status);
     // Not confirmed: the entry is not served; the request is answered as a miss, by the instance.
-    return this.#afterLookup(d, undefined, now, true, false);
-  }
-
-  /**
-   * An entry whose projects cannot be confirmed one by one (`GET /projects`; the results of a run
-   * whose project this replica never learned), past `access.projectConfirmMs` from its fill: the
-   * instance's answer to the request itself is the confirmation. Filled as a miss, never taken
-   * from another replica's store; while the instance fails, the held entry is served only as to
-   * any caller whose access could not be confirmed.
-   */
-  #refillUnconfirmed(d: Decision, found: Found): Served | Promise<Served> {
-    const now = this.o.now();
-    // A rate-limited caller is not asked about upstream: unconfirmed, they get the 429 (never the entry).
-    if (this.o.gate.blockedMs(d.caller.userId, now) > 0) return this.#afterLookup(d, undefined, now, true, false);
-    return this.#fillAndServe(d, found, now, false, 'unconfirmed');
+    return this.#act(d, undefined, now, 'access-refused');
   }
 
   /**
@@ -233,17 +200,17 @@ export class ReadThrough {
   }
 
   /** The fill of one decided request: ask upstream with the caller's credential, keep what is storable. */
-  #job(d: Decision, acceptStored = !d.noCache): FillJob<Unstored> {
+  #job(d: Decision, how: FillVerdict): FillJob<Unstored> {
     const access = this.o.access;
     const answered = answeredRequest(d);
     return {
       key: d.key,
       fillKey: d.fillKey,
       shareable: d.mayRead,
-      acceptStored,
+      acceptStored: how === 'fill',
       budget: d,
       fetch: async (): Promise<Fetched<Unstored>> => {
-        const path = makePath(d.req.op, d.req.ids) + (d.req.query === '' ? '' : `?${d.req.query}`);
+        const path = makePath(d.canonical.op, d.canonical.ids) + (d.canonical.query === '' ? '' : `?${d.canonical.query}`);
         const askedAt = this.o.now();
         const started = performance.now();
         // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
@@ -252,9 +219,9 @@ export class ReadThrough {
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (isApiAnswer(res)) access.afterFill(answered, res.status);
         if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };
-        const entry = makeEntry(d.req, res, this.o.policy, this.o.now(), d.req.op.adminOnly ? undefined : d.caller.scope);
+        const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d));
         // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
-        const projectId = d.req.op.adminOnly ? undefined : projectOf(entry);
+        const projectId = d.gate === 'project' ? projectOf(entry) : undefined;
         if (projectId !== undefined) this.o.projects.renew(d.caller.userId, projectId, askedAt, d);
         return { kind: 'entry', entry };
       },
@@ -294,7 +261,7 @@ export function isInstanceFailure(err: UpstreamError): boolean {
 }
 
 function answeredRequest(d: Decision): AnsweredRequest {
-  return { key: d.key, mayRead: d.mayRead, adminOnly: d.req.op.adminOnly, caller: d.caller, authorization: d.authorization };
+  return { key: d.key, mayRead: d.mayRead, gate: d.gate, caller: d.caller, authorization: d.authorization };
 }
 
 function staleOnError(found: Found, upstreamStatus?: number): Served {
@@ -302,10 +269,9 @@ function staleOnError(found: Found, upstreamStatus?: number): Served {
   return { kind: 'entry', entry: found.entry, outcome };
 }
 
-function whileRateLimited(found: Found | undefined, now: number, blockedMs: number): Served {
-  if (found !== undefined && isUsableOnError(found.entry, now)) {
-    return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: 'rate-limited' } };
-  }
+/** A rate-limited caller (retry-after.ts): `stale` if the verdict found one usable, else a 429 with the remaining wait. */
+function whileRateLimited(stale: Found | undefined, blockedMs: number): Served {
+  if (stale !== undefined) return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'rate-limited' } };
   const seconds = Math.ceil(blockedMs / 1000);
   const body = { message: `The instance rate-limited this caller; retry after ${seconds} s.`, errors: {} };
   return localAnswer(429, body, { kind: 'error', detail: 'rate-limited' }, { 'retry-after': String(seconds) });

@@ -12,8 +12,8 @@
  * between (node's writeHead reads the list and keeps no reference to it). Every head ends with
  * the request's `X-Request-Id`: a reused head has a slot for it, written just before writeHead.
  *
- * What was written is left in `lastWrite` (body bytes sent, and body bytes a 304 saved), read
- * by the pipeline's record right after: no object per request to say it.
+ * What was written is left in the request's exchange (`sent`, and `savedBy304`: body bytes a 304
+ * saved), for the record: no object per request to say it.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { makeErrorBody } from '../api/errors.js';
@@ -23,34 +23,44 @@ import { acceptsGzip, representationHeaders, type Representation } from './encod
 import { cacheStatus, matchesIfNoneMatch } from './headers.js';
 import { localAnswer, relayedHeaders, type Served } from './served.js';
 
-/** What the last `writeServed` wrote: body bytes sent, and body bytes not sent thanks to a 304. */
-export const lastWrite = { sent: 0, savedBy304: 0 };
+/** The request's exchange as the writer sees it: what it answers, and where it says what it wrote. */
+export interface Reply {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  /** The clock reading the answer is dated with. */
+  readonly t: number;
+  readonly requestId: string;
+  /** Body bytes sent, and body bytes not sent thanks to a 304: filled here. */
+  sent: number;
+  savedBy304: number;
+}
 
-/** Writes `served` as the answer to `req`; `t` is the clock reading the answer is dated with. */
-export function writeServed(req: IncomingMessage, res: ServerResponse, served: Served, t: number, requestId: string): void {
+/** Writes `served` as the answer to the exchange's request. */
+export function writeServed(x: Reply, served: Served): void {
   switch (served.kind) {
     case 'entry':
-      return writeEntry(req, res, served.entry, served.outcome, t, requestId);
+      return writeEntry(x, served.entry, served.outcome);
     case 'relay': {
       const head = relayedHeaders(served.response);
-      head['cache-status'] = cacheStatus(served.outcome, undefined, t);
-      return writeBytes(req, res, served.response.status, head, served.response.body, requestId);
+      head['cache-status'] = cacheStatus(served.outcome, undefined, x.t);
+      return writeBytes(x, served.response.status, head, served.response.body);
     }
     case 'local': {
       const head: Record<string, string> = { ...served.headers, 'content-type': 'application/json; charset=utf-8' };
-      head['cache-status'] = cacheStatus(served.outcome, undefined, t);
-      return writeBytes(req, res, served.status, head, Buffer.from(JSON.stringify(served.body)), requestId);
+      head['cache-status'] = cacheStatus(served.outcome, undefined, x.t);
+      return writeBytes(x, served.status, head, Buffer.from(JSON.stringify(served.body)));
     }
   }
 }
 
-function writeEntry(req: IncomingMessage, res: ServerResponse, entry: CacheEntry, outcome: CacheOutcome, t: number, requestId: string): void {
+function writeEntry(x: Reply, entry: CacheEntry, outcome: CacheOutcome): void {
+  const { req, res, t, requestId } = x;
   const gzip = entry.gzip !== undefined && acceptsGzip(req.headers['accept-encoding']);
   const body = gzip ? entry.gzip : readBody(entry);
   if (body === undefined) {
     // A lazily decoded body from Redis that turns out corrupt: no entry, and nothing sent yet.
     const message = 'A stored answer could not be decoded; it will be fetched again.';
-    return writeServed(req, res, localAnswer(502, makeErrorBody(message), { kind: 'error', detail: 'decode' }), t, requestId);
+    return writeServed(x, localAnswer(502, makeErrorBody(message), { kind: 'error', detail: 'decode' }));
   }
   const etag = gzip ? entry.gzipEtag! : entry.etag;
   const ifNoneMatch = req.headers['if-none-match'];
@@ -59,8 +69,8 @@ function writeEntry(req: IncomingMessage, res: ServerResponse, entry: CacheEntry
     head.push('x-request-id', requestId);
     res.writeHead(304, head);
     res.end();
-    lastWrite.sent = 0;
-    lastWrite.savedBy304 = body.length;
+    x.sent = 0;
+    x.savedBy304 = body.length;
     return;
   }
   let head: string[];
@@ -72,25 +82,25 @@ function writeEntry(req: IncomingMessage, res: ServerResponse, entry: CacheEntry
     head.push('x-request-id', requestId);
   }
   res.writeHead(entry.status, head);
-  endWith(req, res, body);
+  endWith(x, body);
 }
 
-function writeBytes(req: IncomingMessage, res: ServerResponse, status: number, head: Record<string, string>, body: Buffer, requestId: string): void {
+function writeBytes(x: Reply, status: number, head: Record<string, string>, body: Buffer): void {
   head['content-length'] = String(body.length);
-  head['x-request-id'] = requestId;
-  res.writeHead(status, head);
-  endWith(req, res, body);
+  head['x-request-id'] = x.requestId;
+  x.res.writeHead(status, head);
+  endWith(x, body);
 }
 
 /** Ends a response whose head is written: the body, unless the request was a HEAD. */
-function endWith(req: IncomingMessage, res: ServerResponse, body: Buffer): void {
-  lastWrite.savedBy304 = 0;
-  if (req.method === 'HEAD') {
-    lastWrite.sent = 0;
-    res.end();
+function endWith(x: Reply, body: Buffer): void {
+  x.savedBy304 = 0;
+  if (x.req.method === 'HEAD') {
+    x.sent = 0;
+    x.res.end();
   } else {
-    lastWrite.sent = body.length;
-    res.end(body);
+    x.sent = body.length;
+    x.res.end(body);
   }
 }
 

@@ -3,6 +3,7 @@
  * may read), the access rules, the Retry-After gate, and the read-through over a fake cache and
  * a fake Upstream (counting what reached "the instance").
  */
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { makeErrorBody } from '../../src/api/errors.js';
 import type { CacheEntry } from '../../src/cache/entry.js';
@@ -11,7 +12,8 @@ import { FreshnessPolicy } from '../../src/cache/policy.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 import { AccessRules, type AccessTargets } from '../../src/proxy/access.js';
 import { ProjectAccess } from '../../src/proxy/access-confirmation.js';
-import { decide, type Decision } from '../../src/proxy/decide.js';
+import { decide, lapsedKey, type Decision } from '../../src/proxy/decide.js';
+import { Exchange } from '../../src/proxy/exchange.js';
 import type { Caller } from '../../src/proxy/identity.js';
 import { ReadThrough, type Found, type ReadCache } from '../../src/proxy/read-through.js';
 import { RetryAfterGate } from '../../src/proxy/retry-after.js';
@@ -34,7 +36,7 @@ function route(url: string): CacheableRoute {
 
 const isAdmin = (c: Caller, t: number) => t < c.adminUntil;
 const decideFor = (url: string, c: Caller, headers: Record<string, string> = {}, honorNoCache = true): Decision =>
-  decide(route(url), c, 'Bearer t', headers, T0, { honorNoCache, isVerifiedAdmin: isAdmin });
+  decide(route(url), c, 'Bearer t', headers, T0, { honorNoCache, isVerifiedAdmin: isAdmin }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
 
 describe('decide', () => {
   it("keys a member's question in their own scope, readable and filled under one key", () => {
@@ -48,6 +50,22 @@ describe('decide', () => {
     expect(verified).toMatchObject({ key: 'admin|v1|listUsers||', fillKey: 'admin|v1|listUsers||', mayRead: true });
     const unverified = decideFor('/api/v1/users', caller(2));
     expect(unverified).toMatchObject({ key: 'admin|v1|listUsers||', fillKey: 'u:2|v1|listUsers||', mayRead: false });
+  });
+
+  it.each([
+    ['/api/v1/users', 'admin', 'admin'],
+    ['/api/v1/user', 'u:7', 'identity'],
+    ['/api/v1/projects', 'u:7', 'project'],
+    ['/api/v1/runs/4/results', 'u:7', 'project'],
+  ])('decides %s into scope %s, gated by %s', (url, scope, gate) => {
+    expect(decideFor(url, caller(7))).toMatchObject({ scope, gate });
+  });
+
+  it("gives a lapsed caller their own scope's key, none for an admin-only operation or an unknown caller", () => {
+    expect(lapsedKey(route('/api/v1/projects/1/runs'), caller(7))).toBe(decideFor('/api/v1/projects/1/runs', caller(7)).key);
+    expect(lapsedKey(route('/api/v1/users'), caller(7, T0 + 1))).toBeUndefined();
+    expect(lapsedKey(route('/api/v1/projects'), undefined)).toBeUndefined();
+    expect(lapsedKey(resolveRoute('/api/v1/projects?per_page=abc'), caller(7))).toBeUndefined();
   });
 
   it.each([
@@ -73,7 +91,7 @@ describe('AccessRules', () => {
     };
     return { log, rules: new AccessRules(targets) };
   }
-  const request = (adminOnly: boolean, mayRead: boolean) => ({ key: 'K', mayRead, adminOnly, caller: caller(3), authorization: 'A' });
+  const request = (adminOnly: boolean, mayRead: boolean) => ({ key: 'K', mayRead, gate: adminOnly ? ('admin' as const) : ('project' as const), caller: caller(3), authorization: 'A' });
 
   it.each([
     [200, true, true, ['markAdmin 3']],
