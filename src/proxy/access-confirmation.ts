@@ -17,6 +17,8 @@
  *   came back: a confirmation never outlives its promise.
  * - A 403/404 forgets the confirmation here and in the shared store; the caller (read-through,
  *   through the access rules) drops the user's entries of that project.
+ * - An answer that is not the API's (a 200 SSO or maintenance page: not JSON) is no verdict,
+ *   as for fills and GET /user: the entry is not served on its word.
  * - Every answer that reveals anything of a project is gated, whatever its path names. One that
  *   names a single project (its tag: from the path, the body's `project_id`, or the project the
  *   policy learned for a resource in the path, as for a run's results) is gated by that
@@ -31,6 +33,7 @@ import type { CacheEntry } from '../cache/entry.js';
 import type { Scope } from '../cache/key.js';
 import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, SharedStore } from './identity.js';
+import { describeAnswer, isApiAnswer } from './storable.js';
 
 export type Confirmation =
   | { readonly kind: 'confirmed' }
@@ -105,6 +108,10 @@ export class ProjectAccess {
       res = await this.o.upstream.get(`/api/v1/projects/${projectId}`, { authorization, ...UPSTREAM_HEADERS }, userId);
     } catch (err) {
       return { kind: 'failed', error: toUpstreamError(err) };
+    }
+    // Only the API's own answer is a verdict: an SSO or maintenance page (HTML 200) confirms nothing.
+    if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
+      return { kind: 'failed', error: new UpstreamError('bad-answer', `the upstream answered GET /projects/{id} with ${describeAnswer(res)}, not JSON`) };
     }
     if (res.status === 200) {
       this.renew(userId, projectId, askedAt, budget);

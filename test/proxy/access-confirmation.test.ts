@@ -13,7 +13,7 @@ import { makeEntry } from '../cache/fixtures.js';
 const T0 = 1_800_000_000_000;
 const CONFIRM_MS = 30_000;
 const caller: Caller = { userId: 2, scope: 'u:2', credentialId: 'cred-2', verifiedUntil: T0 + 60_000, adminUntil: 0 };
-const answer = (status: number): UpstreamResponse => ({ status, headers: {}, body: Buffer.from('{}') });
+const answer = (status: number): UpstreamResponse => ({ status, headers: { 'content-type': 'application/json' }, body: Buffer.from('{}') });
 
 function fakeShared(): SharedStore & { values: Map<string, unknown> } {
   const values = new Map<string, unknown>();
@@ -67,6 +67,7 @@ describe('ProjectAccess', () => {
 
   it.each([
     ['a 503', async () => answer(503), 'reset'],
+    ['a 200 that is not JSON (an SSO page)', async () => ({ status: 200, headers: { 'content-type': 'text/html' }, body: Buffer.from('<html></html>') }), 'bad-answer'],
     ['a refused connection', async () => Promise.reject(new UpstreamError('connect', 'refused')), 'connect'],
     ['a full queue', async () => Promise.reject(new UpstreamError('queue-full', 'full')), 'queue-full'],
   ])('gives no verdict on %s', async (_name, respond, code) => {

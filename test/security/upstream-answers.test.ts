@@ -52,6 +52,27 @@ describe('a non-JSON answer to a JSON operation', () => {
   });
 });
 
+describe('a project access confirmation answered by a 200 that is not JSON (an SSO or maintenance page)', () => {
+  it('confirms nothing: the cached entry of the project is not served on its word', async () => {
+    const CONFIRM_MS = 1_000;
+    let clock = Date.now();
+    const confirming = await startTestProxy(upstream.url, { access: { projectConfirmMs: CONFIRM_MS } }, () => clock);
+    try {
+      upstream.answer = on('/api/v1/projects/5', 200, { 'content-type': 'application/json' }, '{"id":5,"name":"Five","project_id":5}');
+      expect((await confirming.get('/api/v1/projects/5', 'u21')).status).toBe(200);
+      expect((await confirming.get('/api/v1/projects/5', 'u21')).headers['cache-status']).toMatch(/^tm-cache; hit/);
+
+      clock += CONFIRM_MS + 1; // the confirmation lapsed; the entry itself is still fresh
+      upstream.answer = on('/api/v1/projects/5', 200, HTML, '<html>Maintenance</html>');
+      const res = await confirming.get('/api/v1/projects/5', 'u21');
+      expect(res.status).toBe(502);
+      expect(res.json()).toEqual({ message: expect.stringContaining('200 text/html'), errors: {} });
+    } finally {
+      await confirming.close();
+    }
+  });
+});
+
 describe('a 401 or 403 that is not JSON (an SSO gateway refusing)', () => {
   it.each([401, 403])('%i is relayed untouched, status, content type and body, and never stored', async (status) => {
     const page = `<html>refused ${status}</html>`;
