@@ -14,7 +14,7 @@ const UNIT = [
   'test/ops/management.test.ts',
   'test/proxy/{access-confirmation,read-through-units}.test.ts',
   'test/bench/mix.test.ts',
-  'test/upstream/fair-lane.test.ts',
+  'test/upstream/{answer,fair-lane}.test.ts',
 ];
 
 export default defineConfig({

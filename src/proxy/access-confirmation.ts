@@ -31,9 +31,9 @@ import type { SharedTierBudget } from '../cache/budget.js';
 import { Coalescer } from '../cache/coalesce.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { Scope } from '../cache/key.js';
-import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { answerFailure, classifyAnswer } from '../upstream/answer.js';
+import { UPSTREAM_HEADERS, toUpstreamError, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, SharedStore } from './identity.js';
-import { describeAnswer, isApiAnswer } from './storable.js';
 
 export type Confirmation =
   | { readonly kind: 'confirmed' }
@@ -53,8 +53,6 @@ export interface ProjectAccessOptions {
 /** Users whose confirmations are remembered at most; forgetting one costs one light request. */
 const MAX_USERS = 100_000;
 const NAMESPACE = 'project-access';
-/** Answers that mean the user may not see the project (the instance hides it as 404 or refuses it as 403). */
-const REVOKED = new Set([403, 404]);
 
 export class ProjectAccess {
   /** user id → project id → confirmed until (ms since epoch). */
@@ -109,17 +107,17 @@ export class ProjectAccess {
     } catch (err) {
       return { kind: 'failed', error: toUpstreamError(err) };
     }
-    // Only the API's own answer is a verdict: an SSO or maintenance page (HTML 200) confirms nothing.
-    if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
-      return { kind: 'failed', error: new UpstreamError('bad-answer', `the upstream answered GET /projects/{id} with ${describeAnswer(res)}, not JSON`) };
-    }
-    if (res.status === 200) {
+    // Only the API's own answer is a verdict: an SSO or maintenance page (HTML 200) confirms
+    // nothing, and a failing instance is no verdict on the user's access (as for GET /user).
+    const failure = answerFailure(res);
+    if (failure !== undefined) return { kind: 'failed', error: failure };
+    const answer = classifyAnswer(res);
+    if (answer === 'ok') {
       this.renew(userId, projectId, askedAt, budget);
       return CONFIRMED;
     }
-    // A failing instance is no verdict on the user's access (as for GET /user in identity.ts).
-    if (res.status >= 500) return { kind: 'failed', error: new UpstreamError('reset', `the upstream answered ${res.status}`) };
-    if (REVOKED.has(res.status)) this.#revoke(userId, projectId, key);
+    // The instance hides the project (404) or refuses it (403): the user may not see it.
+    if (answer === 'forbidden' || answer === 'not-found') this.#revoke(userId, projectId, key);
     return { kind: 'refused', response: res };
   }
 

@@ -26,10 +26,10 @@ import type { SharedTierBudget } from '../cache/budget.js';
 import type { Coalescer } from '../cache/coalesce.js';
 import type { InvalidationBus, InvalidationMessage } from '../cache/invalidation.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
+import { answerFailure, classifyAnswer } from '../upstream/answer.js';
 import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import { IdentityMemo, normalizeAuthorization, type IdentityMemoOptions } from './identity-memo.js';
 import type { RetryAfterGate } from './retry-after.js';
-import { describeAnswer, isApiAnswer } from './storable.js';
 
 export interface Caller {
   readonly userId: number;
@@ -215,11 +215,12 @@ export class IdentityResolver {
     // Counted from the question, not the answer: the identity never outlives identity.ttlMs.
     const until = this.options.now() + this.options.ttlMs;
     const res = await this.options.upstream.get('/api/v1/user', { authorization, ...UPSTREAM_HEADERS });
-    // Only the API's own answer is a verdict: an SSO page (HTML 200) is no caller, whatever it holds.
-    if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
-      throw new UpstreamError('bad-answer', `the upstream answered GET /user with ${describeAnswer(res)}, not JSON`);
-    }
-    if (res.status === 200) {
+    // Only the API's own answer is a verdict: an SSO page (HTML 200) is no caller, whatever it
+    // holds; an instance that fails is no verdict on the credential (the caller may get stale answers).
+    const failure = answerFailure(res, 'GET /user');
+    if (failure !== undefined) throw failure;
+    const answer = classifyAnswer(res);
+    if (answer === 'ok') {
       const userId = parseUserId(decodedBody(res));
       if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
       const shared: SharedIdentity = { userId, until };
@@ -227,9 +228,7 @@ export class IdentityResolver {
       if (others) await sharing;
       return { kind: 'caller', via: 'upstream', caller: await this.remember(authorization, credentialId, userId, until, budget) };
     }
-    // An instance that fails is not a verdict on the credential: the caller may get stale answers.
-    if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);
-    if (res.status === 401) {
+    if (answer === 'unauthorized') {
       this.forget(authorization);
       this.memo.refuse(credentialId, res, this.options.now());
     }
