@@ -7,7 +7,7 @@ import { configDefaults, defineConfig } from 'vitest/config';
  */
 const UNIT = [
   'test/api/*.test.ts',
-  'test/cache/{breaker,codec,coalesce,fill,memory-tier,policy}.test.ts',
+  'test/cache/{breaker,codec,coalesce,fill,memory-tier,policy,shared-fill}.test.ts',
   'test/config/*.test.ts',
   'test/emulator/dataset.test.ts',
   'test/helm/chart.test.ts',

@@ -28,9 +28,9 @@
  */
 import type { Operation } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
-import { Coalescer } from '../cache/coalesce.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { Scope } from '../cache/key.js';
+import { SharedFill } from '../cache/shared-fill.js';
 import { answerFailure, classifyAnswer } from '../upstream/answer.js';
 import { UPSTREAM_HEADERS, toUpstreamError, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, SharedStore } from './identity.js';
@@ -57,7 +57,12 @@ const NAMESPACE = 'project-access';
 export class ProjectAccess {
   /** user id → project id → confirmed until (ms since epoch). */
   readonly #byUser = new Map<number, Map<number, number>>();
-  readonly #coalescer = new Coalescer<Confirmation>();
+  /**
+   * Confirmations in flight, coalesced per user and project (shared-fill.ts). No cross-replica
+   * lock: replicas that need one confirmation at the same moment each ask (one light request each);
+   * the first one's answer, shared, serves every later look-up.
+   */
+  readonly #confirming = new SharedFill<never, Confirmation>();
 
   constructor(private o: ProjectAccessOptions) {}
 
@@ -91,15 +96,25 @@ export class ProjectAccess {
   /** Confirms through the shared store, else one upstream request; coalesced per user and project. */
   confirm(caller: Caller, authorization: string, projectId: number, budget?: SharedTierBudget): Promise<Confirmation> {
     const key = `${caller.userId}:${projectId}`;
-    return this.#coalescer.run(key, () => this.#lookup(caller.userId, authorization, projectId, key, budget)).promise;
+    const userId = caller.userId;
+    return this.#confirming.run({
+      key,
+      budget,
+      lookup: () => this.#sharedConfirmation(userId, projectId, key, budget),
+      produce: () => this.#ask(userId, authorization, projectId, key, budget),
+    }).promise;
   }
 
-  async #lookup(userId: number, authorization: string, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation> {
+  /** The confirmation another replica shared, until its own expiry. */
+  async #sharedConfirmation(userId: number, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation | undefined> {
     const sharedUntil = await this.o.shared?.getJson<number>(NAMESPACE, key, { budget, isValid: isConfirmedUntil });
-    if (typeof sharedUntil === 'number' && this.o.now() < sharedUntil) {
-      this.#remember(userId, projectId, sharedUntil);
-      return CONFIRMED;
-    }
+    if (typeof sharedUntil !== 'number' || this.o.now() >= sharedUntil) return undefined;
+    this.#remember(userId, projectId, sharedUntil);
+    return CONFIRMED;
+  }
+
+  /** GET /projects/{id} with the user's own credential. */
+  async #ask(userId: number, authorization: string, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation> {
     const askedAt = this.o.now();
     let res: UpstreamResponse;
     try {
