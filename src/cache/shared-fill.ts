@@ -72,7 +72,7 @@ export interface SharedFillJob<V, R> {
 }
 
 /** Without a lock role every replica produces by itself; with one, how long its lock holds and others wait. */
-export type SharedFillOptions<V> =
+type SharedFillOptions<V> =
   | { readonly lock?: undefined }
   | {
       readonly lock: SharedLock<V> | undefined;
