@@ -22,6 +22,8 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
+# The status page's browser code is compiled and its files copied into dist/ by this script.
+COPY scripts/build-status-page.mjs ./scripts/
 COPY src ./src
 RUN npm run build
 

@@ -13,8 +13,9 @@ const UNIT = [
   'test/helm/chart.test.ts',
   'test/ops/management.test.ts',
   'test/proxy/{access-confirmation,read-through-units}.test.ts',
-  'test/bench/mix.test.ts',
-  'test/upstream/{answer,fair-lane}.test.ts',
+  'test/bench/{docs,mix,options}.test.ts',
+  'test/upstream/{answer,fair-lane,budget-store,fleet-budget}.test.ts',
+  'test/cache/claims.test.ts',
 ];
 
 export default defineConfig({

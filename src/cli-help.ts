@@ -21,7 +21,7 @@ const SERVE_PHRASES: Readonly<Record<string, { value: string; text: string }>> =
   'server.managementHost': { value: 'H', text: 'address of the management port (default 127.0.0.1)' },
   'server.managementPort': { value: 'M', text: 'management port: /healthz, /readyz, /metrics (default 9090)' },
   'server.logLevel': { value: 'L', text: 'fatal, error, warn, info, debug, trace or silent (default info)' },
-  'cache.redis.url': { value: 'URL', text: 'redis:// or rediss:// URL of the shared tier (default: memory only)' },
+  'cache.redis.url': { value: 'URL', text: 'redis:// or rediss:// URL of the shared tier (default: memory only); needs TM_CACHE_HMAC_SECRET or encryption keys' },
 };
 
 export const SERVE_FLAGS: readonly FlagHelp[] = [

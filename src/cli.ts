@@ -5,20 +5,20 @@
  * Flags and environment → validated config → start; SIGINT/SIGTERM drain and exit. An invalid
  * setting exits with code 2 and a message naming the setting, the value and what is allowed.
  */
-import { pino, type Logger } from 'pino';
+// Each command imports what it runs when it runs (`--help` and `--version` load neither the
+// emulator nor the proxy); only what every command shares, and the errors main() reports, is here.
+import type { Logger } from 'pino';
 import { COMMAND_HELP, DEMO_FLAGS, EMULATOR_FLAGS, USAGE, flagNames, isHelpFlag } from './cli-help.js';
 import { VERSION } from './version.js';
 import { parseFlags } from './config/flags.js';
-import { ConfigError, assertUpstream, loadConfig } from './config/load.js';
-import { reload } from './config/reload.js';
-import { LogSink } from './ops/log-sink.js';
+import { ConfigError } from './config/errors.js';
 import type { Config } from './config/schema.js';
-import { startEmulator } from './emulator/server.js';
-import { startProxy, type RunningProxy } from './proxy/server.js';
+import type { RunningProxy } from './proxy/server.js';
 
 const EXIT_USAGE = 2;
 
-function makeLogger(level: Config['server']['logLevel']): Logger {
+async function makeLogger(level: Config['server']['logLevel']): Promise<Logger> {
+  const [{ pino }, { LogSink }] = await Promise.all([import('pino'), import('./ops/log-sink.js')]);
   // A line per request (the access log) is written through a buffer, not sonic-boom: see
   // log-sink.ts. Flushed before exit (onSignals, `exit`).
   const destination = new LogSink(1);
@@ -74,6 +74,7 @@ function onSignals(close: () => Promise<void>, logger?: Logger): void {
 
 async function runEmulator(argv: readonly string[]): Promise<void> {
   const flags = simpleFlags(argv, flagNames(EMULATOR_FLAGS));
+  const { startEmulator } = await import('./emulator/server.js');
   const emulator = await startEmulator({
     host: flags['host'] ?? '127.0.0.1',
     port: intFlag(flags, 'port', 4010, 0, 65535),
@@ -107,18 +108,23 @@ function exit(code: number, logger?: Logger): void {
 }
 
 async function runServe(argv: readonly string[]): Promise<void> {
-  const load = (): Config => {
-    const loaded = loadConfig({ argv, env: process.env });
+  const [{ assertUpstream, loadConfigAsync }, { SignalledReloads }] = await Promise.all([import('./config/load.js'), import('./config/reload.js')]);
+  const load = async (): Promise<Config> => {
+    const loaded = await loadConfigAsync({ argv, env: process.env });
     assertUpstream(loaded);
     return loaded;
   };
-  const config = load();
-  const logger = makeLogger(config.server.logLevel);
+  // SIGHUP re-reads the config file and environment (reload.ts); it never stops the process,
+  // not even while start-up waits (for the file, for Redis): so it is handled from the first line.
+  const reloads = new SignalledReloads(load);
+  process.on('SIGHUP', () => reloads.request());
+  const config = await load();
+  const logger = await makeLogger(config.server.logLevel);
+  const { startProxy } = await import('./proxy/server.js');
   const proxy = await startProxy(config, { logger });
   logger.info({ url: proxy.url, management: proxy.managementUrl, upstream: config.upstream.url }, 'tm-cache serving');
   onSignals(() => proxy.close(), logger);
-  // SIGHUP re-reads the config file and environment (reload.ts); it never stops the process.
-  process.on('SIGHUP', () => void reload(load, proxy, logger));
+  reloads.started(proxy, logger);
 }
 
 type DemoPortFlag = '--port' | '--management-port' | '--emulator-port';
@@ -129,13 +135,18 @@ async function runDemo(argv: readonly string[]): Promise<void> {
   const ports = Object.fromEntries(
     Object.entries(DEMO_DEFAULT_PORTS).map(([flag, port]) => [flag, intFlag(flags, flag.slice(2), port, 0, 65535)]),
   ) as Record<DemoPortFlag, number>;
+  const [{ startEmulator }, { startProxy }, { loadConfig }] = await Promise.all([
+    import('./emulator/server.js'),
+    import('./proxy/server.js'),
+    import('./config/load.js'),
+  ]);
   const emulator = await startEmulator({ host: '127.0.0.1', port: ports['--emulator-port'], seed: 42, scale: 'small' })
     .catch((err: unknown) => Promise.reject(portInUse(err, ports)));
   const config = loadConfig({
     argv: ['--upstream', emulator.url, '--port', String(ports['--port']), '--management-port', String(ports['--management-port'])],
     env: { TM_CACHE_LOG_LEVEL: process.env['TM_CACHE_LOG_LEVEL'] ?? 'warn' },
   });
-  const logger = makeLogger(config.server.logLevel);
+  const logger = await makeLogger(config.server.logLevel);
   let proxy: RunningProxy;
   try {
     proxy = await startProxy(config, { logger });

@@ -67,8 +67,8 @@ const gzipAsync = promisify(zlib.gzip);
 
 /**
  * How values are bound to the key they are stored under. With a keyring: sealed, the key in the
- * GCM associated data. Else with a MAC key: an HMAC over key and value. With neither: as they are,
- * which only the root of trust (the generated HMAC secret, redis-secrets.ts) may use.
+ * GCM associated data. Else with a MAC key: an HMAC over key and value. With neither: as they are
+ * (codec benches and unit tests only: a replica always binds, redis-connection.ts `bind`).
  */
 export interface ValueGuard {
   readonly keyring?: Keyring | undefined;
@@ -79,7 +79,8 @@ export interface ValueGuard {
  * What a stored value turned out to be: the value; `foreign` (another version, key id or kind of
  * protection: maybe another replica's during a rollout or rotation, so left in place); or
  * `rejected`, a value of our own form that fails authentication (`tampered`: not written for
- * this key, or altered) or validation (`invalid`): to be deleted.
+ * this key, or altered, or written under another secret) or validation (`invalid`). Either is a
+ * miss, counted; neither is deleted (redis-connection.ts `refuse`).
  */
 export type Decoded<T> =
   | { readonly kind: 'ok'; readonly value: T }
@@ -88,6 +89,20 @@ export type Decoded<T> =
 
 const FOREIGN = Object.freeze({ kind: 'foreign' as const });
 const rejected = (reason: 'tampered' | 'invalid', detail: string): Decoded<never> => ({ kind: 'rejected', reason, detail });
+
+/** RFC 5869 `info` of the identity HMAC secret when it is derived from an encryption key. */
+const IDENTITY_SECRET_INFO = 'tm-cache identity hmac secret v1';
+
+/**
+ * The identity HMAC secret of replicas configured with encryption keys but no
+ * `identity.hmacSecret`: derived (HKDF-SHA256) from the current encryption key, so every replica
+ * with the same keys computes the same one, and Redis never holds it. Rotating the current key
+ * changes it: identities are then looked up again once (configure `identity.hmacSecret` to keep
+ * them across a rotation).
+ */
+export function deriveIdentitySecret(encryptionKey: Buffer): Buffer {
+  return Buffer.from(hkdfSync('sha256', encryptionKey, Buffer.alloc(0), IDENTITY_SECRET_INFO, 32));
+}
 
 /** The MAC key for values, from the identity HMAC secret: HKDF-SHA256 (RFC 5869), no salt, a label. */
 export function deriveMacKey(secret: Buffer): Buffer {
@@ -123,17 +138,24 @@ export async function withGzipVariant(entry: CacheEntry): Promise<CacheEntry> {
 }
 
 /**
- * The entry stored under `boundTo`, checked: written for that key under this guard, and
- * something tm-cache would have stored (entry.ts whyNotStorable) before it can reach a socket.
+ * What a reader makes of an authentic entry's metadata before it believes it (claims.ts): the
+ * metadata, bounded, or why it is refused.
  */
-export async function openEntry(stored: Buffer, guard: ValueGuard, boundTo: string): Promise<Decoded<CacheEntry>> {
+export type ClaimCheck = (meta: StoredMeta) => StoredMeta | string;
+
+/**
+ * The entry stored under `boundTo`, checked: written for that key under this guard, something
+ * tm-cache would have stored (entry.ts whyNotStorable) before it can reach a socket, and with
+ * what it claims bounded by `claims` (the reader's configuration).
+ */
+export async function openEntry(stored: Buffer, guard: ValueGuard, boundTo: string, claims?: ClaimCheck): Promise<Decoded<CacheEntry>> {
   if (stored.length < 2 || stored[0] !== FORMAT_VERSION) return FOREIGN;
   const flags = stored[1]!;
   if ((flags & ~(FLAG_GZIP | PROTECTION)) !== 0) return FOREIGN;
   const opened = openPayload(stored, guard, boundTo);
   if (!Buffer.isBuffer(opened)) return opened;
   try {
-    return parseEntry(opened, (flags & FLAG_GZIP) !== 0, (flags & PROTECTION) !== 0);
+    return parseEntry(opened, (flags & FLAG_GZIP) !== 0, (flags & PROTECTION) !== 0, claims);
   } catch (error) {
     return rejected('invalid', error instanceof Error ? error.message : String(error));
   }
@@ -146,10 +168,11 @@ export async function decodeEntry(stored: Buffer, guard: ValueGuard, boundTo: st
 }
 
 /** `authenticated`: the value passed its MAC or GCM tag (openPayload), so its bytes are the ones written. */
-function parseEntry(plain: Buffer, gzipped: boolean, authenticated: boolean): Decoded<CacheEntry> {
+function parseEntry(plain: Buffer, gzipped: boolean, authenticated: boolean, claims: ClaimCheck | undefined): Decoded<CacheEntry> {
   const metaLength = plain.readUInt32BE(0);
   if (META_LENGTH_BYTES + metaLength > plain.length) return rejected('invalid', 'metadata length');
-  const meta = parseMeta(plain.subarray(META_LENGTH_BYTES, META_LENGTH_BYTES + metaLength));
+  const parsed = parseMeta(plain.subarray(META_LENGTH_BYTES, META_LENGTH_BYTES + metaLength));
+  const meta = typeof parsed === 'string' || claims === undefined ? parsed : claims(parsed);
   if (typeof meta === 'string') return rejected('invalid', meta);
   const rawBody = plain.subarray(META_LENGTH_BYTES + metaLength);
   if (!gzipped) return { kind: 'ok', value: { ...meta, body: Buffer.from(rawBody) } };

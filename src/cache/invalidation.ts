@@ -5,7 +5,8 @@
  *
  * Delivery is best effort (Redis pub/sub keeps nothing for later): a bus that may have missed
  * messages says so with `{ kind: 'all' }`, and the listener forgets everything rather than
- * serve what may have been invalidated.
+ * serve what may have been invalidated. A publish that did not get out says so (false), and the
+ * publisher retries it within a bound (pending-invalidations.ts).
  */
 
 /**
@@ -21,8 +22,11 @@ export type InvalidationMessage =
 export type InvalidationListener = (message: InvalidationMessage) => void;
 
 export interface InvalidationBus {
-  /** Sends to every other replica listening now; never rejects (a lost message is a failure counted by the bus). */
-  publish(message: InvalidationMessage): Promise<void>;
+  /**
+   * Sends to every other replica listening now; never rejects (a lost message is a failure counted
+   * by the bus). False when the message did not get out: TieredCache retries it (pending-invalidations.ts).
+   */
+  publish(message: InvalidationMessage): Promise<boolean>;
   /** Calls `listener` for every message another replica published; returns the unsubscribe. */
   onInvalidate(listener: InvalidationListener): () => void;
   /** Waits (bounded) until the bus can send and is listening; false at the timeout. */

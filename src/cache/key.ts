@@ -7,7 +7,7 @@
  * processes (the Redis tier shares them between replicas) and short: a long canonical query is
  * replaced by its SHA-256. Raw credentials never appear in a key: they are HMAC'd.
  */
-import { createHash, createHmac } from 'node:crypto';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
 import type { CanonicalRequest } from '../api/normalize.js';
 
 /** Bump when the stored form or the meaning of a key changes: old entries simply stop matching. */
@@ -49,4 +49,42 @@ function sha256(s: string): string {
 /** HMAC-SHA256 of a credential: what is stored or shared instead of the credential itself. */
 export function hmacCredential(secret: Buffer, credential: string): string {
   return createHmac('sha256', secret).update(credential).digest('base64url');
+}
+
+/**
+ * What a log line may say about a cache key: its scope's kind (`user` or `admin`, never the user
+ * id), its operation, and a short digest that lets lines about one key be matched up. The digest
+ * is an HMAC under a random key of this process, so it cannot be reversed by guessing user ids
+ * and queries (a plain hash of such a small space could be).
+ */
+export interface KeyForLog {
+  readonly scope: string;
+  readonly operation?: string;
+  readonly keyDigest: string;
+}
+
+const LOG_DIGEST_KEY = randomBytes(32);
+const LOG_DIGEST_CHARS = 12;
+
+export function describeKey(key: string): KeyForLog {
+  const [scope = '', , operation] = key.split('|', 3);
+  const kind = scope.startsWith('u:') ? 'user' : scope === ADMIN_SCOPE ? 'admin' : 'other';
+  return { scope: kind, ...(operation ? { operation } : {}), keyDigest: logDigest(key) };
+}
+
+/**
+ * As `describeKey`, for a Redis key: an entry or its lock (`<prefix>{<key>}`) shows its cache
+ * key's kind and operation; a shared value (`<prefix>json:<namespace>:<id>`) its namespace only
+ * (its id is a user id or a credential's HMAC).
+ */
+export function describeRedisKey(redisKey: string, prefix: string): KeyForLog {
+  const rest = redisKey.startsWith(prefix) ? redisKey.slice(prefix.length) : redisKey;
+  const entry = /^\{(.*)\}(:lock)?$/.exec(rest);
+  if (entry) return { ...describeKey(entry[1]!), keyDigest: logDigest(redisKey) };
+  const shared = /^json:([^:]*):/.exec(rest);
+  return { scope: shared ? `json:${shared[1]}` : 'other', keyDigest: logDigest(redisKey) };
+}
+
+function logDigest(text: string): string {
+  return createHmac('sha256', LOG_DIGEST_KEY).update(text).digest('base64url').slice(0, LOG_DIGEST_CHARS);
 }

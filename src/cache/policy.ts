@@ -175,3 +175,56 @@ function parseResult(body: Buffer): Record<string, unknown> | undefined {
     return undefined;
   }
 }
+
+/**
+ * The most an entry of one operation may claim when read back from a shared store: what this
+ * configuration would give it at most (every freshness rule that can apply to the operation),
+ * and the tags its key alone implies. A value read back claims what its writer decided; a writer
+ * under other settings (a rollout), or anyone who could forge a value, must not make a reader
+ * serve longer than the reader's own settings allow, nor escape the invalidations its key names.
+ */
+export interface ClaimLimits {
+  readonly maxTtlMs: number;
+  readonly maxStaleWhileRevalidateMs: number;
+  readonly staleIfErrorMs: number;
+  /** Tags every entry under this key carries (its path ids, its site-wide list). */
+  readonly keyTags: readonly string[];
+}
+
+const OPERATION_BY_ID: ReadonlyMap<string, Operation> = new Map(OPERATIONS.map((op) => [op.id, op]));
+
+/** `claimLimitsOf(freshness, staleIfErrorMs)(key)`: the limits for a cache key (`<scope>|<version>|<op>|<ids>|<query>`). */
+export function claimLimitsOf(freshness: Config['cache']['freshness'], staleIfErrorMs: number): (key: string) => ClaimLimits {
+  const allRules = [freshness.default, freshness.settled, ...Object.values(freshness.byResource)].filter((r): r is FreshnessRule => r !== undefined);
+  const longest = (rules: readonly FreshnessRule[]) => ({
+    maxTtlMs: Math.max(...rules.map((r) => r.ttlMs)),
+    maxStaleWhileRevalidateMs: Math.max(...rules.map((r) => r.staleWhileRevalidateMs)),
+  });
+  const byOperation = new Map(OPERATIONS.map((op) => [op.id, longest(rulesFor(op, freshness))]));
+  const anyOperation = longest(allRules);
+  return (key) => {
+    const [, , operationId = '', ids = ''] = key.split('|', 4);
+    const op = OPERATION_BY_ID.get(operationId);
+    return { ...(op ? byOperation.get(op.id)! : anyOperation), staleIfErrorMs, keyTags: op ? keyTagsOf(op, ids) : [] };
+  };
+}
+
+/**
+ * Every rule `decide` may choose for an operation: its resource's own (or the default), and
+ * `settled` when its answers can be settled (a single answer by its flag, a list by its parent).
+ */
+function rulesFor(op: Operation, freshness: Config['cache']['freshness']): FreshnessRule[] {
+  const spec = RESOURCES[op.resource];
+  const own = freshness.byResource[op.resource] ?? freshness.default;
+  const canSettle = op.envelope === 'single' ? spec.settledFlag !== null : spec.settledWith !== null;
+  return canSettle ? [own, freshness.settled] : [own];
+}
+
+/** The tags `decide` gives every answer of `op` with these path ids (comma-joined, as in the key). */
+function keyTagsOf(op: Operation, ids: string): string[] {
+  const values = ids === '' ? [] : ids.split(',').map(Number);
+  if (values.length !== op.pathIds.length || !values.every(Number.isSafeInteger)) return [];
+  const tags = op.pathIds.map((name, i) => tagOf(resourceOfIdParam(name), values[i]!));
+  if (isSiteWideList(op)) tags.push(op.resource);
+  return tags;
+}

@@ -23,10 +23,10 @@ export class RedisInvalidationBus implements InvalidationBus {
     this.origin = origin;
   }
 
-  /** Sends to every replica listening now; never rejects. */
-  async publish(message: InvalidationMessage): Promise<void> {
+  /** Sends to every replica listening now; never rejects; false when Redis did not take it. */
+  async publish(message: InvalidationMessage): Promise<boolean> {
     const payload = JSON.stringify({ ...message, origin: this.origin });
-    await this.#connection.call('publish', (c) => c.publish(this.#channel, payload));
+    return (await this.#connection.call('publish', (c) => c.publish(this.#channel, payload))) !== undefined;
   }
 
   /** The first listener opens the subscription (and with it the subscriber connection). */

@@ -10,14 +10,15 @@
  * ones open the circuit breaker (breaker.ts: nothing is sent by anyone for a cool-down).
  *
  * The trust rule: every value read back is bound to the key it was read from (codec.ts: GCM
- * associated data, or an HMAC under a key derived from the identity HMAC secret). Until
- * `bind(secret)`, only the secrets role (the root of trust) reads or writes; a value that does
- * not belong under its key is a miss, counted, logged and deleted (`refuse`).
+ * associated data, or an HMAC under a key derived from the configured identity HMAC secret).
+ * Until `bind(secret)`, nothing is read or written; a value that does not belong under its key is
+ * a miss, counted and logged (`refuse`), never deleted: it may be another replica's, written under
+ * another secret during a rollout, and its writer's TTL (or the next fill's SET) replaces it.
  *
  * Key layout (prefix `tmc:`): `tmc:{<key>}` entry, `tmc:{<key>}:lock` its fill lock (the hash
  * tag puts both in one cluster slot, so one script can read both), `tmc:tag:<tag>` the set of
- * entry keys carrying a tag, `tmc:json:<ns>:<key>` shared values, `tmc:secret:<name>` secrets,
- * `tmc:invalidate` the invalidation channel.
+ * entry keys carrying a tag, `tmc:json:<ns>:<key>` shared values, `tmc:budget:<name>` the fleet's
+ * upstream budget (a hash), `tmc:invalidate` the invalidation channel.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -27,6 +28,7 @@ import { CircuitBreaker } from './breaker.js';
 import type { SharedTierBudget } from './budget.js';
 import { deriveMacKey, type Decoded, type ValueGuard } from './codec.js';
 import { FailureLog, silentLogger, type FailureCounts, type TierLogger } from './failure-log.js';
+import { describeRedisKey } from './key.js';
 import { assertKeyring, type Keyring } from './keyring.js';
 import { createRedisClient, type RedisClient, type RedisConnectionOptions } from './redis-client.js';
 
@@ -154,8 +156,8 @@ export class RedisConnection {
     return `${this.keyPrefix}json:${namespace}:${key}`;
   }
 
-  secretKey(name: string): string {
-    return `${this.keyPrefix}secret:${name}`;
+  budgetKey(name: string): string {
+    return `${this.keyPrefix}budget:${name}`;
   }
 
   /** True while commands can be sent; for readiness reporting. */
@@ -181,20 +183,11 @@ export class RedisConnection {
 
   /**
    * Binds every value to its key from now on: the MAC key is derived from the identity HMAC
-   * secret (RFC 5869 HKDF), known only once the secrets role has resolved it. The server calls
-   * this before it serves any request.
+   * secret (RFC 5869 HKDF), which is configured, never kept in Redis. The server calls this
+   * before it serves any request.
    */
   bind(secret: Buffer): void {
     this.#guard = { keyring: this.keyring, macKey: deriveMacKey(secret) };
-  }
-
-  /**
-   * The guard of the root of trust, the generated HMAC secret: the keyring alone (it cannot be
-   * MAC'd by a key derived from itself; configure `identity.hmacSecret` where Redis is shared
-   * with anyone untrusted).
-   */
-  get rootGuard(): ValueGuard {
-    return { keyring: this.keyring };
   }
 
   /** The guard values are bound with, or undefined (counted) before `bind()`: nothing is read or written. */
@@ -205,16 +198,19 @@ export class RedisConnection {
 
   /**
    * A value read back from `redisKey` that is not what was written there: a miss, counted and
-   * logged; when it is of our own form (tampered or invalid), also deleted so that every reader
-   * refills it. A foreign one (another version, key id or protection) is left to its writer.
+   * logged (the key as `describeRedisKey` shows it: never a user id or a query). Never deleted:
+   * a value that does not verify under this replica's secret may be another replica's, and
+   * deleting it would let replicas with different secrets erase each other's work (or let
+   * anyone who can plant a value make every replica delete on its behalf). Redis expires it by
+   * its TTL, and this replica's own fill overwrites it.
    */
   refuse(redisKey: string, decoded: Exclude<Decoded<unknown>, { kind: 'ok' }>): undefined {
+    const key = describeRedisKey(redisKey, this.keyPrefix);
     if (decoded.kind === 'foreign') {
-      this.failures.record('decode', new Error('stored value of another version, key id or protection'), { key: redisKey });
+      this.failures.record('decode', new Error('stored value of another version, key id or protection'), key);
       return undefined;
     }
-    this.failures.record(decoded.reason, new Error(`stored value does not belong under its key (${decoded.detail})`), { key: redisKey });
-    void this.call('delete', (c) => c.unlink(redisKey));
+    this.failures.record(decoded.reason, new Error(`stored value does not belong under its key (${decoded.detail})`), key);
     return undefined;
   }
 

@@ -11,8 +11,11 @@
  */
 import { DEFAULT_MAX_ENTRY_BYTES } from '../config/schema.js';
 import type { SharedTierBudget } from './budget.js';
-import { encodeEntry, openEntry } from './codec.js';
+import { boundClaims } from './claims.js';
+import { encodeEntry, openEntry, type ClaimCheck } from './codec.js';
 import { bodyLengthOf, expiresAt, type CacheEntry } from './entry.js';
+import { describeKey } from './key.js';
+import type { ClaimLimits } from './policy.js';
 import type { RedisConnection, RedisFailureStats } from './redis-connection.js';
 import type { CacheTier } from './tier.js';
 
@@ -21,6 +24,8 @@ export interface RedisTierOptions {
   maxEntryBytes?: number;
   /** Clock in ms since epoch for TTLs and expiry; injectable for tests. */
   now?: () => number;
+  /** What an entry read back may claim, per cache key (policy.ts `claimLimitsOf`); unbounded without. */
+  claimLimits?: (key: string) => ClaimLimits;
 }
 
 export interface RedisTierStats extends RedisFailureStats {
@@ -53,6 +58,7 @@ export class RedisTier implements CacheTier {
   /** Entries with a larger body are not stored (`cache.redis.maxEntryBytes`). */
   readonly maxEntryBytes: number;
   readonly #now: () => number;
+  #claimLimits: ((key: string) => ClaimLimits) | undefined;
   /** Writes not yet acknowledged, per key: the fill lock's unlock waits for them. */
   readonly #pendingWrites = new Map<string, Promise<void>>();
   #hits = 0;
@@ -62,7 +68,13 @@ export class RedisTier implements CacheTier {
     this.connection = connection;
     this.maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_ENTRY_BYTES;
     this.#now = options.now ?? Date.now;
+    this.#claimLimits = options.claimLimits;
     connection.defineScripts(SCRIPTS);
+  }
+
+  /** New limits of what entries read back may claim (a reload changed the freshness rules). */
+  limitClaims(claimLimits: (key: string) => ClaimLimits): void {
+    this.#claimLimits = claimLimits;
   }
 
   /** The tier's clock (the one that judges expiry). */
@@ -103,7 +115,11 @@ export class RedisTier implements CacheTier {
   }
 
   async delete(key: string): Promise<void> {
-    await this.connection.call('delete', (c) => c.unlink(this.connection.entryKey(key)));
+    await this.tryDelete(key);
+  }
+
+  async tryDelete(key: string): Promise<boolean> {
+    return (await this.connection.call('delete', (c) => c.unlink(this.connection.entryKey(key)))) !== undefined;
   }
 
   /**
@@ -114,9 +130,18 @@ export class RedisTier implements CacheTier {
    * so a tag may also drop such an entry: one extra miss.
    */
   async invalidateTag(tag: string): Promise<number> {
+    return (await this.tryInvalidateTag(tag)) ?? 0;
+  }
+
+  /** As `invalidateTag`; undefined when Redis could not be told (the set not read, or an UNLINK lost). */
+  async tryInvalidateTag(tag: string): Promise<number | undefined> {
     const tagKey = this.connection.tagKey(tag);
-    const members = (await this.connection.call('tag', (c) => c.smembers(tagKey))) ?? [];
+    const members = await this.connection.call('tag', (c) => c.smembers(tagKey));
+    if (members === undefined) return undefined;
     const dropped = await this.#unlinkAll(members);
+    // Kept when an UNLINK was lost: the retry needs its members.
+    if (dropped === undefined) return undefined;
+    // The set itself left behind costs nothing but extra misses later: no reason to retry.
     await this.connection.call('tag', (c) => c.unlink(tagKey));
     return dropped;
   }
@@ -127,15 +152,22 @@ export class RedisTier implements CacheTier {
    * operator's purge of everything, not a request path: it may take a while on a large Redis.
    */
   async purgeAll(): Promise<number> {
+    return (await this.tryPurgeAll()) ?? 0;
+  }
+
+  /** As `purgeAll`; undefined when a SCAN or an UNLINK did not get through (a retry starts over). */
+  async tryPurgeAll(): Promise<number | undefined> {
     const pattern = `${escapeGlob(this.connection.keyPrefix)}{*}`;
     let dropped = 0;
     for (const node of this.connection.masters()) {
       let cursor = '0';
       do {
         const page = await this.connection.call('purge', () => node.scan(cursor, 'MATCH', pattern, 'COUNT', 1_000));
-        if (page === undefined) return dropped;
+        if (page === undefined) return undefined;
         cursor = page[0];
-        dropped += await this.#unlinkAll(page[1]);
+        const unlinked = await this.#unlinkAll(page[1]);
+        if (unlinked === undefined) return undefined;
+        dropped += unlinked;
       } while (cursor !== '0');
     }
     return dropped;
@@ -152,16 +184,24 @@ export class RedisTier implements CacheTier {
   }
 
   /**
-   * The stored value of `key` as an entry, if it was written for that key, is valid and has not
-   * expired by our clock; otherwise a miss (refused: counted, logged, deleted when tampered).
+   * The stored value of `key` as an entry, if it was written for that key and is valid, with
+   * its freshness, stale windows and tags bounded by this reader's settings (claims.ts), and
+   * not expired by our clock after that; otherwise a miss (refused: counted and logged, left in
+   * Redis).
    */
   async fromStored(key: string, stored: Buffer, now?: number): Promise<CacheEntry | undefined> {
     const guard = this.connection.guardFor('decode');
     if (!guard) return undefined;
+    const at = now ?? this.#now();
     const entryKey = this.connection.entryKey(key);
-    const decoded = await openEntry(stored, guard, entryKey);
+    const decoded = await openEntry(stored, guard, entryKey, this.#claimCheck(key, at));
     if (decoded.kind !== 'ok') return this.connection.refuse(entryKey, decoded);
-    return expiresAt(decoded.value) > (now ?? this.#now()) ? decoded.value : undefined;
+    return expiresAt(decoded.value) > at ? decoded.value : undefined;
+  }
+
+  #claimCheck(key: string, now: number): ClaimCheck | undefined {
+    const limits = this.#claimLimits?.(key);
+    return limits && ((meta) => boundClaims(meta, limits, now));
   }
 
   async #write(key: string, entry: CacheEntry, budget: SharedTierBudget | undefined): Promise<void> {
@@ -176,7 +216,7 @@ export class RedisTier implements CacheTier {
     try {
       stored = await encodeEntry(entry, guard, entryKey);
     } catch (error) {
-      this.connection.failures.record('encode', error, { key });
+      this.connection.failures.record('encode', error, describeKey(key));
       return;
     }
     // Redis expires the entry by itself at expiresAt (PX); each tag set lives as long as its
@@ -190,13 +230,14 @@ export class RedisTier implements CacheTier {
     );
   }
 
-  async #unlinkAll(keys: string[]): Promise<number> {
+  /** How many of `keys` were unlinked; undefined when an UNLINK did not get through. */
+  async #unlinkAll(keys: string[]): Promise<number | undefined> {
     if (keys.length === 0) return 0;
     const unlink = (batch: string[]): Promise<number | undefined> => this.connection.call('tag', (c) => c.unlink(...batch));
     // In a cluster, entry keys live in different slots: one UNLINK each (a multi-key one is CROSSSLOT).
     const batches = this.connection.mode === 'cluster' ? keys.map((k) => [k]) : chunk(keys, UNLINK_BATCH);
     const counts = await Promise.all(batches.map(unlink));
-    return counts.reduce<number>((sum, n) => sum + (n ?? 0), 0);
+    return counts.includes(undefined) ? undefined : counts.reduce<number>((sum, n) => sum + n!, 0);
   }
 }
 

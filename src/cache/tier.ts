@@ -52,6 +52,14 @@ export interface CacheTier {
    * an entry (identities, secrets) alone; answers how many entries it dropped.
    */
   purgeAll?(): Promise<number>;
+  /**
+   * A shared tier's invalidations that say whether they reached it: `undefined` (or false) when
+   * it could not be told (a timeout, a stall, a disconnection), so that TieredCache retries
+   * them and does not trust what the tier holds for them meanwhile (pending-invalidations.ts).
+   */
+  tryInvalidateTag?(tag: string): Promise<number | undefined>;
+  tryDelete?(key: string): Promise<boolean>;
+  tryPurgeAll?(): Promise<number | undefined>;
   /** Lets work in flight finish; the tier answers nothing useful afterwards. */
   close(): MaybePromise<void>;
 }

@@ -13,6 +13,10 @@
  * - Invalidations (a tag or a key) drop in every tier, then go out on the bus; what other
  *   replicas publish is applied to the process-private tiers (those with `clear`), and a bus
  *   that may have lost messages makes them forget everything.
+ * - An invalidation the shared tiers or the bus could not take (Redis stalled) is retried with
+ *   backoff; the caller waits at most `invalidationWaitMs` and learns what was not reached, and
+ *   until it gets through, this replica does not serve from Redis what it covers
+ *   (pending-invalidations.ts).
  * - A failing tier is a miss: a lookup that throws or rejects counts as "not there".
  */
 import type { SharedTierBudget } from './budget.js';
@@ -20,6 +24,7 @@ import type { CacheEntry } from './entry.js';
 import { withGzipVariant } from './codec.js';
 import type { InvalidationBus, InvalidationMessage } from './invalidation.js';
 import { MemoryTier, type MemoryTierStats } from './memory-tier.js';
+import { PendingInvalidations, type Attempt, type SharedInvalidation } from './pending-invalidations.js';
 import type { CacheTier, MaybePromise, TierName } from './tier.js';
 
 /** Fastest first; the first is always this process's memory tier (the hit path, gzip swaps). */
@@ -30,6 +35,23 @@ export interface TieredCacheOptions {
   tiers?: TierList;
   /** Carries invalidations to and from the other replicas; none: this replica is alone. */
   bus?: InvalidationBus;
+  /** The clock entries' `storedAt` is read on (pending invalidations are compared with it); default Date.now. */
+  now?: () => number;
+  /** How long an invalidation waits for Redis and the bus before it answers what it could not reach; default 2 s. */
+  invalidationWaitMs?: number;
+}
+
+/**
+ * Long enough to outlast a stall of Redis of a few hundred ms (a failover, a `CLIENT PAUSE`)
+ * many command timeouts over, short enough for an operator's purge to answer.
+ */
+export const INVALIDATION_WAIT_MS = 2_000;
+
+/** What an invalidation dropped, and what it could not reach within the wait (retried in the background). */
+export interface Invalidated {
+  readonly dropped: TierCounts;
+  /** Shared tiers (`redis`) or `replicas` (the bus) not told yet; empty when everything was. */
+  readonly unreached: readonly string[];
 }
 
 export interface TieredHit {
@@ -56,6 +78,9 @@ export class TieredCache {
   readonly #private: readonly CacheTier[];
   readonly #bus: InvalidationBus | undefined;
   readonly #unsubscribe: (() => void) | undefined;
+  /** Invalidations not yet taken by the shared tiers and the bus; none when there are neither. */
+  readonly #pending: PendingInvalidations | undefined;
+  readonly #invalidationWaitMs: number;
   /** Entries whose gzip variant is being made (weak: a dropped entry is simply forgotten). */
   readonly #compressing = new WeakSet<CacheEntry>();
 
@@ -67,6 +92,9 @@ export class TieredCache {
     this.#private = this.tiers.filter((tier) => tier.clear !== undefined);
     this.#bus = options.bus;
     this.#unsubscribe = this.#bus?.onInvalidate((message) => this.#applyRemote(message));
+    this.#invalidationWaitMs = options.invalidationWaitMs ?? INVALIDATION_WAIT_MS;
+    const shared = this.#lower.length > 0 || this.#bus !== undefined;
+    this.#pending = shared ? new PendingInvalidations({ attempt: (m) => this.#attempt(m), now: options.now ?? Date.now }) : undefined;
   }
 
   /**
@@ -115,18 +143,12 @@ export class TieredCache {
 
   /** Drops `key` in every tier, then on every other replica. */
   async delete(key: string): Promise<void> {
-    await Promise.all(this.tiers.map((tier) => settle(() => tier.delete(key), undefined)));
-    // After the shared tiers dropped it, or a replica told might read it back from them.
-    await this.#bus?.publish({ kind: 'key', key });
+    await this.invalidate({ kind: 'key', key });
   }
 
   /** Drops every entry tagged `tag` in every tier, then on every other replica. */
   async invalidateTag(tag: string): Promise<TierCounts> {
-    const dropped = await Promise.all(this.tiers.map((tier) => settle(() => tier.invalidateTag(tag), 0)));
-    await this.#bus?.publish({ kind: 'tag', tag });
-    const counts: TierCounts = {};
-    this.tiers.forEach((tier, i) => (counts[tier.name] = (counts[tier.name] ?? 0) + dropped[i]!));
-    return counts;
+    return (await this.invalidate({ kind: 'tag', tag })).dropped;
   }
 
   /**
@@ -134,17 +156,21 @@ export class TieredCache {
    * replica (their private tiers clear on the bus's `all`). Answers what each tier dropped.
    */
   async purgeAll(): Promise<TierCounts> {
-    const counts: TierCounts = {};
-    for (const tier of this.tiers as readonly CacheTier[]) {
-      if (tier.purgeAll) counts[tier.name] = await tier.purgeAll();
-      else if (tier.clear) {
-        const before = tier === this.memory ? this.memory.stats().entries : 0;
-        await tier.clear();
-        counts[tier.name] = before;
-      }
-    }
-    await this.#bus?.publish({ kind: 'all' });
-    return counts;
+    return (await this.invalidate({ kind: 'all' })).dropped;
+  }
+
+  /**
+   * A key, a tag or everything: dropped from memory at once, then from the shared tiers and on
+   * the other replicas, retried until they take it; answers once they did, or after
+   * `invalidationWaitMs` naming what they did not (still retried; not trusted here meanwhile).
+   */
+  async invalidate(message: SharedInvalidation): Promise<Invalidated> {
+    const dropped: TierCounts = { memory: this.#dropFromMemory(message) };
+    if (this.#pending === undefined) return { dropped, unreached: [] };
+    const attempt = await this.#pending.send(message, this.#invalidationWaitMs);
+    if ('counts' in attempt) return { dropped: { ...attempt.counts, ...dropped, memory: dropped.memory! + (attempt.counts.memory ?? 0) }, unreached: [] };
+    for (const tier of this.#lower) dropped[tier.name] ??= 0;
+    return { dropped, unreached: attempt.unreached };
   }
 
   /** Readiness: true without a bus; with one, once it can send and listens (bounded wait). */
@@ -159,6 +185,7 @@ export class TieredCache {
   /** Stops listening and lets every tier finish what it has in flight. */
   async close(): Promise<void> {
     this.#unsubscribe?.();
+    this.#pending?.close();
     await Promise.all(this.tiers.map((tier) => settle(() => tier.close(), undefined)));
   }
 
@@ -167,7 +194,7 @@ export class TieredCache {
     for (let i = start; i < this.tiers.length; i++) {
       const found = settle(() => this.tiers[i]!.get(key, now, budget), undefined);
       if (found instanceof Promise) return this.#awaitFrom(i, found, key, now, budget);
-      if (found !== undefined) return this.#hitBelow(i, key, found, now);
+      if (found !== undefined && this.#trusts(key, found)) return this.#hitBelow(i, key, found, now);
     }
     return undefined;
   }
@@ -180,7 +207,34 @@ export class TieredCache {
     budget: SharedTierBudget | undefined,
   ): Promise<TieredHit | undefined> {
     const found = await pending;
-    return found !== undefined ? this.#hitBelow(i, key, found, now) : this.#getFrom(i + 1, key, now, budget);
+    return found !== undefined && this.#trusts(key, found) ? this.#hitBelow(i, key, found, now) : this.#getFrom(i + 1, key, now, budget);
+  }
+
+  /** A shared tier's entry that no pending invalidation covers (else a miss: it was to be dropped). */
+  #trusts(key: string, entry: CacheEntry): boolean {
+    return this.#pending === undefined || this.#pending.trusts(key, entry);
+  }
+
+  /** What memory drops for `message`: how many entries. */
+  #dropFromMemory(message: SharedInvalidation): number {
+    if (message.kind === 'tag') return this.memory.invalidateTag(message.tag);
+    if (message.kind === 'key') return this.memory.delete(message.key) ? 1 : 0;
+    const entries = this.memory.stats().entries;
+    this.memory.clear();
+    return entries;
+  }
+
+  /** One try at the shared tiers, then (once they took it) the bus: a replica told must not read back from them what was dropped. */
+  async #attempt(message: SharedInvalidation): Promise<Attempt> {
+    const counts: TierCounts = {};
+    const unreached: string[] = [];
+    await Promise.all(this.#lower.map(async (tier) => {
+      const dropped = await settle(() => dropFrom(tier, message), undefined);
+      if (dropped === undefined) unreached.push(tier.name);
+      else if (dropped !== NOT_COUNTED) counts[tier.name] = (counts[tier.name] ?? 0) + dropped;
+    }));
+    if (unreached.length === 0 && this.#bus && !(await settle(() => this.#bus!.publish(message), false))) unreached.push('replicas');
+    return unreached.length === 0 ? { counts } : { unreached: [...new Set(unreached)] };
   }
 
   /** A hit in tiers[i] (i ≥ 1), backfilled above, unless memory meanwhile got a newer entry. */
@@ -222,6 +276,23 @@ export class TieredCache {
       message.kind === 'tag' ? tier.invalidateTag(message.tag) : message.kind === 'key' ? tier.delete(message.key) : tier.clear!();
     for (const tier of this.#private) void settle(() => apply(tier), undefined);
   }
+}
+
+/** A tier that keeps nothing to purge: its count is left out. */
+const NOT_COUNTED = -1;
+
+/** What a lower tier drops for `message`; undefined when it could not be told (only a tier with `try*` knows). */
+async function dropFrom(tier: CacheTier, message: SharedInvalidation): Promise<number | undefined> {
+  if (message.kind === 'tag') return tier.tryInvalidateTag ? tier.tryInvalidateTag(message.tag) : tier.invalidateTag(message.tag);
+  if (message.kind === 'key') {
+    if (tier.tryDelete) return (await tier.tryDelete(message.key)) ? 0 : undefined;
+    await tier.delete(message.key);
+    return 0;
+  }
+  if (tier.tryPurgeAll) return tier.tryPurgeAll();
+  if (tier.purgeAll) return tier.purgeAll();
+  if (tier.clear) return void (await tier.clear()), 0;
+  return NOT_COUNTED;
 }
 
 /**

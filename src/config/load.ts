@@ -17,29 +17,12 @@ import { resolve } from 'node:path';
 import { parseFlags } from './flags.js';
 import { relationProblems } from './relations.js';
 import { DEFAULT_CONFIG, deepFreeze, type Config } from './schema.js';
-import { CONFIG_OVERRIDES, envLayer, flagLayer, mergeLayers, nonEmpty, readConfigFile, type Layer } from './sources.js';
+import { CONFIG_OVERRIDES, envLayer, flagLayer, mergeLayers, nonEmpty, readConfigFile, readConfigFileAsync, type Layer } from './sources.js';
 import { validateMerged } from './validate.js';
+import { ConfigError } from './errors.js';
 
 export { CONFIG_OVERRIDES, type ConfigOverride } from './sources.js';
 
-export class ConfigError extends Error {
-  override readonly name = 'ConfigError';
-  /** Each problem found, one sentence each; `message` joins them. */
-  readonly problems: readonly string[];
-
-  constructor(message: string, problems: readonly string[] = [message], options?: ErrorOptions) {
-    super(message, options);
-    this.problems = problems;
-  }
-
-  static fromProblems(problems: readonly string[]): ConfigError {
-    const message =
-      problems.length === 1
-        ? `invalid configuration: ${problems[0]}`
-        : `invalid configuration (${problems.length} problems):\n${problems.map((p) => `  - ${p}`).join('\n')}`;
-    return new ConfigError(message, problems);
-  }
-}
 
 export interface LoadConfigOptions {
   /** The flags after the subcommand, e.g. `['--port', '8080', '--upstream=https://tm.example.com']`. */
@@ -62,18 +45,42 @@ export function assertUpstream(config: Config): void {
   if (config.upstream.url === '') throw new ConfigError(NO_UPSTREAM_MESSAGE);
 }
 
+/** Loads at start-up (the demo, tests): the file is read synchronously, nothing else runs yet. */
 export function loadConfig(options: LoadConfigOptions): Config {
+  const sources = sourcesOf(options);
+  const problems: string[] = [];
+  const file = sources.file && readConfigFile(sources.file.path, sources.file.source, problems);
+  return buildConfig(options, sources.flags, file, problems);
+}
+
+/** Loads without blocking the event loop (`serve`, at start and on every reload). */
+export async function loadConfigAsync(options: LoadConfigOptions): Promise<Config> {
+  const sources = sourcesOf(options);
+  const problems: string[] = [];
+  const file = sources.file && (await readConfigFileAsync(sources.file.path, sources.file.source, problems));
+  return buildConfig(options, sources.flags, file, problems);
+}
+
+interface Sources {
+  readonly flags: ReadonlyMap<string, string>;
+  /** The config file, if one is named, and who named it (`--config` or `TM_CACHE_CONFIG`). */
+  readonly file?: { readonly path: string; readonly source: string } | undefined;
+}
+
+function sourcesOf(options: LoadConfigOptions): Sources {
   const flags = parseFlags(options.argv, FLAGS);
   if (flags.problems.length > 0) throw ConfigError.fromProblems(flags.problems);
-  const problems: string[] = [];
-  const layers: Layer[] = [];
   const fileFlag = flags.values.get(CONFIG_FILE_FLAG);
   const file = fileFlag ?? nonEmpty(options.env[CONFIG_FILE_ENV]);
-  if (file !== undefined) {
-    const source = fileFlag !== undefined ? CONFIG_FILE_FLAG : CONFIG_FILE_ENV;
-    layers.push(readConfigFile(resolve(options.cwd ?? process.cwd(), file), source, problems));
-  }
-  layers.push(envLayer(options.env, problems), flagLayer(flags.values, problems));
+  if (file === undefined) return { flags: flags.values };
+  const source = fileFlag !== undefined ? CONFIG_FILE_FLAG : CONFIG_FILE_ENV;
+  return { flags: flags.values, file: { path: resolve(options.cwd ?? process.cwd(), file), source } };
+}
+
+/** The file layer (read already, its problems in `problems`), the environment and the flags, merged and validated. */
+function buildConfig(options: LoadConfigOptions, flags: ReadonlyMap<string, string>, file: Layer | undefined, problems: string[]): Config {
+  const layers: Layer[] = file === undefined ? [] : [file];
+  layers.push(envLayer(options.env, problems), flagLayer(flags, problems));
   if (problems.length > 0) throw ConfigError.fromProblems(problems);
 
   const { merged, origin } = mergeLayers(DEFAULT_CONFIG, layers);

@@ -7,7 +7,7 @@ import type { Config } from './schema.js';
 import { describeProblem, originOf, type Origin } from './validate.js';
 
 export function relationProblems(config: Config, origin: Origin): string[] {
-  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin)];
+  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin)];
 }
 
 function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
@@ -84,4 +84,37 @@ function redisCredentialProblems({ cache: { redis } }: Config, origin: Origin): 
     problems.push(shown(`a redis:// URL or none when cache.redis.mode is ${redis.mode} (the URL is not used there): set cache.redis.tls to true for TLS`));
   }
   return problems;
+}
+
+/** The Redis tier runs: a URL, or cluster or sentinel mode (which find their servers without one). */
+export function usesRedis({ cache: { redis } }: Config): boolean {
+  return redis.url !== '' || redis.mode !== 'standalone';
+}
+
+/** How to make a secret, as the start-up message and the docs show it. */
+export const MAKE_SECRET_HINT =
+  'set TM_CACHE_HMAC_SECRET="$(openssl rand -base64 32)" (identity.hmacSecret), the same on every replica, ' +
+  'or encryption keys: TM_CACHE_REDIS_ENCRYPTION_KEYS="k1:$(openssl rand -base64 32)" and TM_CACHE_REDIS_ENCRYPTION_KEY_ID=k1 ' +
+  '(cache.redis.encryptionKeys, cache.redis.encryptionKeyId)';
+
+/**
+ * A shared Redis needs a secret Redis does not hold: every value read back from it is trusted
+ * because it verifies under a key derived from `identity.hmacSecret` (or is sealed with an
+ * encryption key). A secret generated and kept in Redis could be read and used to forge values by
+ * anyone who can read Redis, and was lost with a FLUSHDB (replicas then split). Names neither
+ * the URL nor any secret.
+ */
+function sharedSecretProblems(config: Config, origin: Origin): string[] {
+  if (!usesRedis(config) || config.identity.hmacSecret !== '' || Object.keys(config.cache.redis.encryptionKeys).length > 0) return [];
+  const source = originOf('cache.redis.url', origin) ?? originOf('cache.redis.mode', origin);
+  const why = `a shared Redis${source === undefined ? '' : ` (set by ${source})`} needs a secret that Redis does not hold`;
+  return [`identity.hmacSecret or cache.redis.encryptionKeys: neither is set, and ${why}: ${MAKE_SECRET_HINT}`];
+}
+
+function budgetProblems({ upstream: { budget } }: Config, origin: Origin): string[] {
+  if (budget.requestsPerSecond > 0 || budget.burst === 0) return [];
+  return [
+    describeProblem('upstream.budget.burst', budget.burst,
+      '0 when upstream.budget.requestsPerSecond is 0 (a learned budget\'s burst follows its rate: one second\'s worth); set requestsPerSecond to fix the budget', origin),
+  ];
 }

@@ -83,12 +83,12 @@ export interface Reconfigurable {
 /**
  * SIGHUP: reads the sources again (`load`: config file, environment, the original flags), applies
  * what can change at runtime and logs what changed and what needs a restart. A file that does not
- * load or validate changes nothing: its problems are logged and the running config stays.
+ * load or validate changes nothing: its problems are logged (never a value) and the running config stays.
  */
-export function reload(load: () => Config, running: Reconfigurable, logger: Logger): ReloadPlan | undefined {
+export async function reload(load: () => Promise<Config>, running: Reconfigurable, logger: Logger): Promise<ReloadPlan | undefined> {
   let next: Config;
   try {
-    next = load();
+    next = await load();
   } catch (err) {
     logger.error({ problems: err instanceof Error ? err.message : String(err) }, 'reload refused: the running configuration is kept');
     return undefined;
@@ -97,4 +97,35 @@ export function reload(load: () => Config, running: Reconfigurable, logger: Logg
   running.reconfigure(next);
   logger.info({ applied: plan.applied, needRestart: plan.needRestart }, plan.applied.length + plan.needRestart.length === 0 ? 'reloaded: nothing changed' : 'reloaded');
   return plan;
+}
+
+/**
+ * SIGHUPs for the whole life of `serve`, installed before anything waits: a SIGHUP without a
+ * handler ends the process, and start-up may wait for Redis (`cache.redis.connectTimeoutMs`).
+ * One that comes before the proxy runs is applied once it does (the file may have changed since
+ * start-up read it); reloads run one after the other, so an older file never wins over a newer.
+ */
+export class SignalledReloads {
+  #running: { readonly proxy: Reconfigurable; readonly logger: Logger } | undefined;
+  #pending = false;
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly load: () => Promise<Config>) {}
+
+  /** A SIGHUP. */
+  request(): void {
+    const running = this.#running;
+    if (running === undefined) return void (this.#pending = true);
+    this.#queue = this.#queue.then(() => reload(this.load, running.proxy, running.logger));
+  }
+
+  /** Start-up is done: a SIGHUP received meanwhile is applied now. */
+  started(proxy: Reconfigurable, logger: Logger): void {
+    this.#running = { proxy, logger };
+    if (this.#pending) {
+      this.#pending = false;
+      logger.info('a SIGHUP came during start-up: reloading now');
+      this.request();
+    }
+  }
 }

@@ -25,6 +25,8 @@ export const DEFAULT_COMMAND_TIMEOUT_MS = 50;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
 export const DEFAULT_BREAKER_THRESHOLD = 3;
 export const DEFAULT_BREAKER_COOLDOWN_MS = 1_000;
+/** While Redis is down each replica keeps this share of the fleet's budget: four replicas stay within it. */
+export const DEFAULT_BUDGET_FALLBACK_SHARE = 0.25;
 
 /** The resources of the catalogue: a `byResource` key must be one of them. */
 export const RESOURCE_NAMES: readonly ResourceName[] = (Object.keys(RESOURCES) as ResourceName[]).sort();
@@ -78,6 +80,15 @@ export const ConfigSchema = section({
     maxBodyBytes: count(1, 32 * MiB),
     maxRetryAfterMs: durationMs(1, 600_000),
     forwardPrefixes: Type.Array(Type.String({ pattern: '^/[^?#\\s]*$' }), { allowed: 'a list of path prefixes, each starting with /, e.g. [/api/]', default: ['/api/'] }),
+    // The fleet's upstream budget (src/upstream/fleet-budget.ts): one token bucket for every replica.
+    budget: section({
+      requestsPerSecond: Type.Number({ minimum: 0, maximum: 100_000, default: 0,
+        allowed: 'a number of requests per second from 0 to 100000, e.g. 40 or 0.5 (0: no fixed budget, learned from the instance\'s 429s)' }),
+      burst: integer(0, 1_000_000, 0, { note: 'requests; 0: one second\'s worth of the rate' }),
+      fallbackShare: Type.Number({ exclusiveMinimum: 0, maximum: 1, default: DEFAULT_BUDGET_FALLBACK_SHARE,
+        allowed: 'a fraction above 0 and at most 1, e.g. 0.25 (one replica\'s share of the budget while Redis is down)' }),
+      maxWaitMs: durationMs(0, 10_000),
+    }),
   }),
   server: section({
     host: host('127.0.0.1', { flag: '--host', env: 'TM_CACHE_HOST' }),
@@ -92,7 +103,7 @@ export const ConfigSchema = section({
     // ≥ 1: a memo with ttl 0 means "no expiry" to lru-cache, the opposite of the intent.
     ttlMs: durationMs(1, 60_000, { env: 'TM_CACHE_IDENTITY_TTL_MS' }),
     hmacSecret: text(
-      'empty (generated and shared through Redis), or at least 32 bytes as hex or base64 (e.g. `openssl rand -hex 32`)',
+      'empty (without Redis, or with cache.redis.encryptionKeys), or at least 32 bytes as hex or base64 (e.g. `openssl rand -base64 32`)',
       '', { format: 'hmac-secret', secret: true, env: 'TM_CACHE_HMAC_SECRET' }),
     maxEntries: count(1, 100_000),
     maxBytes: count(1, 16 * MiB),

@@ -21,9 +21,12 @@ export function decodeSecret(text: string): Buffer | undefined {
   return bytes.length > 0 && canonical(bytes.toString('base64')) === canonical(text) ? bytes : undefined;
 }
 
-/** Hides the user-info of a URL (`redis://:password@host`), parseable or not. */
+/**
+ * Hides the user-info of a URL (`redis://:password@host`) and its query and fragment (a Redis URL
+ * may carry `?password=...`), parseable or not.
+ */
 export function redactUrl(url: string): string {
-  return url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/)[^/?#]*@/, `$1${REDACTED}@`);
+  return url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/)[^/?#]*@/, `$1${REDACTED}@`).replace(/([?#]).*$/s, `$1${REDACTED}`);
 }
 
 export const KEY_LIST_FORMAT = 'comma-separated id:key pairs, e.g. k2:<64 hex chars>,k1:<base64 of 32 bytes>';

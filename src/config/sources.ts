@@ -10,8 +10,9 @@
  * source that sets it, and `origin` remembers which source that was. It keeps unknown keys
  * for validation to report.
  */
-import { readFileSync } from 'node:fs';
-import { parse as parseYaml, YAMLError } from 'yaml';
+import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
+import { open, type FileHandle } from 'node:fs/promises';
+import { parseDocument, YAMLError, type YAMLWarning } from 'yaml';
 import { KEY_LIST_FORMAT, parseKeyList } from './secrets.js';
 import { describeType, isPlainObject, kindOf, ROOT, type SchemaNode } from './validate.js';
 
@@ -45,24 +46,78 @@ function* overridesOf(schema: SchemaNode, path: string): Generator<ConfigOverrid
 /** Every setting reachable by flag or environment variable, in schema order. */
 export const CONFIG_OVERRIDES: readonly ConfigOverride[] = [...overridesOf(ROOT, '')];
 
+/**
+ * The config file, read without ever waiting on something that is not a file: opened
+ * non-blocking (a FIFO's open would wait for a writer) and refused unless the opened descriptor is
+ * a regular file (checked on the descriptor, so the path cannot be swapped in between).
+ * `readConfigFileAsync` is what a running process uses (a reload): the event loop keeps serving.
+ */
 export function readConfigFile(path: string, source: string, problems: string[]): Layer {
-  const label = `config file ${path}`;
-  const empty = { label, values: {} };
   let text: string;
+  let fd: number | undefined;
   try {
-    text = readFileSync(path, 'utf8');
+    fd = openSync(path, OPEN_FLAGS);
+    if (!fstatSync(fd).isFile()) return notRegular(path, source, problems);
+    text = readFileSync(fd, 'utf8');
   } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code ?? String(error);
-    problems.push(`config file (from ${source}): cannot read ${JSON.stringify(path)}: ${reason}`);
-    return empty;
+    return unreadable(path, source, error, problems);
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
+  return parseConfigText(text, path, problems);
+}
+
+export async function readConfigFileAsync(path: string, source: string, problems: string[]): Promise<Layer> {
+  let text: string;
+  let handle: FileHandle | undefined;
+  try {
+    handle = await open(path, OPEN_FLAGS);
+    if (!(await handle.stat()).isFile()) return notRegular(path, source, problems);
+    text = await handle.readFile('utf8');
+  } catch (error) {
+    return unreadable(path, source, error, problems);
+  } finally {
+    await handle?.close();
+  }
+  return parseConfigText(text, path, problems);
+}
+
+/** Read-only, and non-blocking so that opening a FIFO returns at once (and is then refused). */
+const OPEN_FLAGS = constants.O_RDONLY | (constants.O_NONBLOCK ?? 0);
+
+const emptyLayer = (path: string): Layer => ({ label: `config file ${path}`, values: {} });
+
+function notRegular(path: string, source: string, problems: string[]): Layer {
+  problems.push(`config file (from ${source}): ${JSON.stringify(path)} is not a regular file (a FIFO, a device or a directory); allowed: a YAML file`);
+  return emptyLayer(path);
+}
+
+function unreadable(path: string, source: string, error: unknown, problems: string[]): Layer {
+  const reason = (error as NodeJS.ErrnoException).code ?? String(error);
+  problems.push(`config file (from ${source}): cannot read ${JSON.stringify(path)}: ${reason}`);
+  return emptyLayer(path);
+}
+
+/**
+ * The file's YAML as a layer. A YAML warning is an error too: an unresolved tag (`token: !abc`)
+ * would otherwise make the value silently empty (an admin token gone, the admin API off).
+ */
+function parseConfigText(text: string, path: string, problems: string[]): Layer {
+  const empty = emptyLayer(path);
+  const { label } = empty;
   let parsed: unknown;
   try {
     // prettyErrors off: the pretty form quotes the offending line, which may hold a secret.
-    parsed = parseYaml(text, { prettyErrors: false });
+    // logLevel 'error': the library prints no warning itself (its text quotes the tag, which may be a secret).
+    const doc = parseDocument(text, { prettyErrors: false, logLevel: 'error' });
+    if (doc.errors.length > 0) throw doc.errors[0];
+    if (doc.warnings.length > 0) {
+      problems.push(...doc.warnings.map((warning) => `${label}: YAML warning${lineOf(text, warning)} (${warning.code}), refused as an error${hintOf(warning)}`));
+      return empty;
+    }
+    parsed = doc.toJS();
   } catch (error) {
-    const where = error instanceof YAMLError ? ` at line ${text.slice(0, error.pos[0]).split('\n').length}` : '';
-    problems.push(`${label}: not valid YAML${where}: ${(error as Error).message}`);
+    problems.push(`${label}: not valid YAML${lineOf(text, error)}: ${yamlReason(error)}`);
     return empty;
   }
   if (parsed === null || parsed === undefined) return empty;
@@ -71,6 +126,28 @@ export function readConfigFile(path: string, source: string, problems: string[])
     return empty;
   }
   return { label, values: parsed };
+}
+
+/**
+ * What a YAML parse error may say: its generic part and code. The parser's messages quote the
+ * text they stumbled on (an alias name, a tag, a scalar), which may be a secret the file holds:
+ * everything from the first quoted or YAML-syntax fragment on is cut (`Unresolved alias (...):
+ * <the alias>`, `Unresolved plain scalar "<text>"`, `The !<tag> tag has no suffix`).
+ */
+export function yamlReason(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  const generic = message.split(/[:"'!*&`]/, 1)[0]!.trim();
+  const code = error instanceof YAMLError ? ` (${error.code})` : '';
+  return `${generic === '' ? 'cannot be parsed' : generic}${code}`;
+}
+
+function lineOf(text: string, error: unknown): string {
+  return error instanceof YAMLError ? ` at line ${text.slice(0, error.pos[0]).split('\n').length}` : '';
+}
+
+/** What to do about a warning; never its message, which quotes the text (a secret, maybe). */
+function hintOf(warning: YAMLWarning): string {
+  return warning.code === 'TAG_RESOLVE_FAILED' ? ': a value starting with ! is read as a YAML tag; quote it ("!...")' : '';
 }
 
 export function envLayer(env: NodeJS.ProcessEnv, problems: string[]): Layer {

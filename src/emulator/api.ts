@@ -1,7 +1,7 @@
 /**
  * The /api/v1 surface. Per request, in this order:
  *   stats → faults → route (unknown path: 404) → auth (401) → parameters (400/422)
- *   → admin (403) → existence and access (404/403) → 200.
+ *   → admin (403) → existence and access (404/403) → a denied area (403) → 200.
  * GET and HEAD read; POST/PUT/PATCH/DELETE on a catalogued path answer 204 after auth (a write
  * target for the proxy's passthrough); any other method answers 405.
  */
@@ -49,7 +49,7 @@ function routeKey(method: string, match: RouteMatch | ValidationError | undefine
 async function injectFaults(state: EmulatorState, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
   const delay = state.faults.delayMs();
   if (delay > 0) await sleep(delay);
-  const action = state.faults.decide(Date.now());
+  const action = state.faults.decide(state.nowMs());
   switch (action.kind) {
     case 'none':
       return false;
@@ -58,6 +58,7 @@ async function injectFaults(state: EmulatorState, request: FastifyRequest, reply
       request.raw.socket.destroy();
       return true;
     case 'rate_limited':
+      state.stats.recordRateLimited(action.escalation);
       reply.header('retry-after', String(action.retryAfterS));
       sendJson(reply, 429, makeErrorBody('Too Many Requests.'));
       return true;
@@ -74,7 +75,7 @@ async function handle(state: EmulatorState, request: FastifyRequest, reply: Fast
   const method = request.method;
   const match = resolve(pathname);
   const token = bearerToken(request);
-  state.stats.record(routeKey(method, match), token);
+  state.stats.record(routeKey(method, match), token, state.nowMs());
   if (await injectFaults(state, request, reply)) return;
 
   if (match === undefined) return sendJson(reply, 404, makeErrorBody('Not found.', { path: [`No operation at ${pathname}.`] }));

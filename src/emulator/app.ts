@@ -8,9 +8,12 @@ import { makeErrorBody } from '../api/errors.js';
 import { apiPlugin, sendJson } from './api.js';
 import { controlPlugin } from './control.js';
 import { SCALES, type DatasetOptions } from './model.js';
-import { EmulatorState } from './state.js';
+import { EmulatorState, type WallClock } from './state.js';
 
-export type EmulatorOptions = DatasetOptions;
+export interface EmulatorOptions extends DatasetOptions {
+  /** Default Date.now; tests pass a fake clock to step through rates and lockouts exactly. */
+  readonly nowMs?: WallClock;
+}
 
 /** The state behind an app built by buildEmulator, for in-process callers (bench, CLI). */
 const STATES = new WeakMap<FastifyInstance, EmulatorState>();
@@ -26,7 +29,7 @@ export function assertEmulatorOptions(opts: EmulatorOptions): void {
 
 export async function buildEmulator(opts: EmulatorOptions): Promise<FastifyInstance> {
   assertEmulatorOptions(opts);
-  const state = EmulatorState.generate(opts);
+  const state = EmulatorState.generate({ seed: opts.seed, scale: opts.scale }, opts.nowMs);
   // No logger: the emulator prints nothing; its stats endpoint is how one observes it.
   // ajv, for the control plane's body schemas: reject rather than coerce ("5" is not an id) or
   // silently drop unknown fields (a typo must not do nothing), and allow the discriminator on op.

@@ -7,12 +7,14 @@ import type { FastifySchemaValidationError } from 'fastify';
 import { makeErrorBody, type ErrorBody } from '../api/errors.js';
 
 export class ControlError extends Error {
-  constructor(readonly status: number, readonly field: string, message: string) {
+  /** `field` is a list when the fault is a combination of fields (two forms mixed, say). */
+  constructor(readonly status: number, readonly field: string | readonly string[], message: string) {
     super(message);
   }
 
   toBody(): ErrorBody {
-    return makeErrorBody(this.message, { [this.field]: [this.message] });
+    const fields = typeof this.field === 'string' ? [this.field] : this.field;
+    return makeErrorBody(this.message, Object.fromEntries(fields.map((f) => [f, [this.message]])));
   }
 }
 

@@ -6,12 +6,13 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { Prng } from './prng.js';
+import { RateLimitSchema, makeRateLimiter, type Escalation, type RateLimiter } from './rate-limit.js';
 
 const ms = () => Type.Optional(Type.Integer({ minimum: 0, maximum: 600_000 }));
 
 /**
  * The PUT body, checked by the route before it reaches set(). Unknown fields are rejected so a
- * typo does not silently do nothing; both rate_limit fields are required (no default window).
+ * typo does not silently do nothing; rate_limit's forms (rate-limit.ts) have no defaults.
  */
 export const FaultsSchema = Type.Object(
   {
@@ -20,22 +21,16 @@ export const FaultsSchema = Type.Object(
     error_rate: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
     error_status: Type.Optional(Type.Integer({ minimum: 400, maximum: 599 })),
     down: Type.Optional(Type.Boolean()),
-    rate_limit: Type.Optional(
-      Type.Object(
-        { after_n: Type.Integer({ minimum: 0 }), retry_after_s: Type.Integer({ minimum: 0, maximum: 86_400 }) },
-        { additionalProperties: false },
-      ),
-    ),
+    rate_limit: Type.Optional(RateLimitSchema),
   },
   { additionalProperties: false },
 );
 
 export type Faults = Readonly<Static<typeof FaultsSchema>>;
-export type RateLimit = Readonly<NonNullable<Faults['rate_limit']>>;
 
 export type FaultAction =
   | { readonly kind: 'down' }
-  | { readonly kind: 'rate_limited'; readonly retryAfterS: number }
+  | { readonly kind: 'rate_limited'; readonly retryAfterS: number; readonly escalation: Escalation }
   | { readonly kind: 'error'; readonly status: number }
   | { readonly kind: 'none' };
 
@@ -44,17 +39,19 @@ export const DEFAULT_ERROR_STATUS = 500;
 export class FaultInjector {
   private faults: Faults = {};
   private rng = new Prng(0);
-  private served = 0;
-  private limitedUntilMs: number | null = null;
+  private limiter: RateLimiter | undefined;
 
   constructor(private readonly seed: number) {}
 
-  /** Replaces the whole fault set (PUT semantics) and restarts the rate-limit window. */
+  /**
+   * Replaces the whole fault set (PUT semantics) and restarts the rate limit (a full bucket, no
+   * lockout). A rate_limit of no form throws a ControlError before anything changes.
+   */
   set(faults: Faults): void {
+    const limiter = faults.rate_limit && makeRateLimiter(faults.rate_limit);
     this.faults = faults;
     this.rng = new Prng(this.seed);
-    this.served = 0;
-    this.limitedUntilMs = null;
+    this.limiter = limiter;
   }
 
   clear(): void {
@@ -74,30 +71,11 @@ export class FaultInjector {
   decide(nowMs: number): FaultAction {
     const f = this.faults;
     if (f.down) return { kind: 'down' };
-    if (f.rate_limit) {
-      const limited = this.checkRateLimit(f.rate_limit, nowMs);
-      if (limited) return limited;
-    }
+    const limited = this.limiter?.admit(nowMs);
+    if (limited) return { kind: 'rate_limited', ...limited };
     if (f.error_rate !== undefined && f.error_rate > 0 && this.rng.next() < f.error_rate) {
       return { kind: 'error', status: f.error_status ?? DEFAULT_ERROR_STATUS };
     }
     return { kind: 'none' };
-  }
-
-  /**
-   * After `after_n` requests were served, every request gets 429 until `retry_after_s` seconds
-   * have passed since the first 429; then a new window of `after_n` requests begins.
-   */
-  private checkRateLimit(rl: RateLimit, nowMs: number): FaultAction | undefined {
-    if (this.limitedUntilMs !== null && nowMs >= this.limitedUntilMs) {
-      this.served = 0;
-      this.limitedUntilMs = null;
-    }
-    if (this.served < rl.after_n) {
-      this.served++;
-      return undefined;
-    }
-    this.limitedUntilMs ??= nowMs + rl.retry_after_s * 1000;
-    return { kind: 'rate_limited', retryAfterS: rl.retry_after_s };
   }
 }

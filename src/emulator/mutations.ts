@@ -6,6 +6,7 @@
  * answer 404, impossible transitions 409.
  */
 import { Type, type Static, type TObject, type TProperties, type TSchema } from '@sinclair/typebox';
+import { AREAS, type Area } from './areas.js';
 import { byId } from './dataset.js';
 import { ControlError } from './control-error.js';
 import { STATUSES } from './lookups.js';
@@ -148,6 +149,23 @@ for (const grant of [true, false]) {
     else set.delete(project.id);
     const token = state.data.callers.find((c) => c.userId === user.id)?.token;
     return state.describeUser(user.id, token);
+  });
+}
+
+/** An enum rather than a union of literals, so a wrong area is answered with the allowed ones. */
+const AreaName = Type.Unsafe<Area>({ type: 'string', enum: [...AREAS] });
+
+/**
+ * Restricts (or lifts the restriction on) one area of one project for one user, member or not
+ * (a denial outlives a membership change). Neither touches membership; nothing else lifts a denial.
+ */
+for (const deny of [true, false]) {
+  mutation(deny ? 'deny_area' : 'allow_area', { user_id: Id, project_id: Id, area: AreaName }, (state, body) => {
+    const user = mustFind(state.data.users, body, 'user_id');
+    const project = mustFind(state.data.projects, body, 'project_id');
+    if (deny) state.denials.deny(user.id, project.id, body.area);
+    else state.denials.allow(user.id, project.id, body.area);
+    return { user_id: user.id, project_id: project.id, denied_areas: state.denials.deniedAreas(user.id, project.id) };
   });
 }
 

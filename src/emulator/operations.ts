@@ -1,12 +1,15 @@
 /**
  * One handler per catalogued operation: checks existence and access, then answers the body.
- * Authentication, parameter validation and the admin check have happened before (app.ts).
+ * Authentication, parameter validation and the admin check have happened before (api.ts).
  * A project (or a thing inside one) the caller cannot access answers `op.noAccessStatus`; when
  * that is 404 the body is exactly the not-found body, so nothing reveals the project exists.
+ * A member denied the operation's area of the project (areas.ts) answers 403, whatever the
+ * operation: the caller already knows the project exists.
  */
 import type { Operation, OperationId } from '../api/catalogue.js';
 import { makeErrorBody, type ErrorBody } from '../api/errors.js';
 import type { CanonicalRequest } from '../api/normalize.js';
+import { areaOf, type AreaDenials } from './areas.js';
 import { byId, canAccess } from './dataset.js';
 import {
   GROUP, MILESTONE, PROJECT, PROJECT_USER, RESULT, ROLE, RUN, SESSION, SOURCE, USER, type Kind, type World,
@@ -21,8 +24,13 @@ export class HttpError extends Error {
   }
 }
 
+/** What a read needs, plus the areas denied to whom. */
+export interface OperationWorld extends World {
+  readonly denials: AreaDenials;
+}
+
 export interface OperationContext {
-  readonly world: World;
+  readonly world: OperationWorld;
   readonly userId: number;
   readonly req: CanonicalRequest;
 }
@@ -33,14 +41,20 @@ function notFound(param: string, id: number): HttpError {
   return new HttpError(404, makeErrorBody('Not found.', { [param]: [`No resource with ${param} ${id}.`] }));
 }
 
-/** The project must exist and be accessible to the caller. */
+/** The project must exist and be accessible to the caller, and so must the operation's area of it. */
 function assertProjectAccess(ctx: OperationContext, projectId: number, param: string, id: number): void {
-  if (canAccess(ctx.world.data, ctx.userId, projectId)) return;
-  const op: Operation = ctx.req.op;
-  if (op.noAccessStatus === 403) {
-    throw new HttpError(403, makeErrorBody('You do not have access to this project.', { [param]: [`No access to ${param} ${id}.`] }));
+  if (!canAccess(ctx.world.data, ctx.userId, projectId)) throw noProjectAccess(ctx.req.op, param, id);
+  const area = areaOf(ctx.req.op.id);
+  if (area !== undefined && ctx.world.denials.isDenied(ctx.userId, projectId, area)) {
+    throw new HttpError(403, makeErrorBody(`You do not have access to the ${area} of this project.`, { [param]: [`No access to ${area} of project ${projectId}.`] }));
   }
-  throw notFound(param, id);
+}
+
+function noProjectAccess(op: Operation, param: string, id: number): HttpError {
+  if (op.noAccessStatus === 403) {
+    return new HttpError(403, makeErrorBody('You do not have access to this project.', { [param]: [`No access to ${param} ${id}.`] }));
+  }
+  return notFound(param, id);
 }
 
 /** Looks up `{param}` in the list, 404 when absent, then checks access to its project. */

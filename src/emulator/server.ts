@@ -17,7 +17,7 @@ export interface RunningEmulator {
 }
 
 export async function startEmulator(opts: EmulatorServerOptions): Promise<RunningEmulator> {
-  const app = await buildEmulator({ seed: opts.seed, scale: opts.scale });
+  const app = await buildEmulator({ seed: opts.seed, scale: opts.scale, nowMs: opts.nowMs });
   await app.listen({ host: opts.host, port: opts.port });
   const address = app.server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;

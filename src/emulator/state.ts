@@ -1,11 +1,13 @@
 /**
- * Everything one emulator instance holds: the dataset (with its memoized JSON), the logical
- * clock for mutations, request stats and injected faults.
+ * Everything one emulator instance holds: the dataset (with its memoized JSON), the areas denied
+ * to whom, the logical clock for mutations, the wall clock for faults and stats, request stats
+ * and injected faults.
  */
+import { AreaDenials } from './areas.js';
 import { generateDataset, type Dataset } from './dataset.js';
 import { FaultInjector } from './faults.js';
-import type { World } from './kinds.js';
 import { DATASET_NOW_MS, type Caller, type DatasetOptions } from './model.js';
+import type { OperationWorld } from './operations.js';
 import { JsonMemo } from './serialize.js';
 import { RequestStats } from './stats.js';
 
@@ -29,20 +31,27 @@ export interface TokenInfo {
   readonly project_ids: number[];
 }
 
-export class EmulatorState implements World {
+/**
+ * Milliseconds, the time requests arrive and faults decide at: Date.now, or a test's fake clock
+ * so rates, windows and lockouts are exact without sleeping.
+ */
+export type WallClock = () => number;
+
+export class EmulatorState implements OperationWorld {
   readonly memo = new JsonMemo();
   readonly clock = new LogicalClock();
   readonly stats = new RequestStats();
+  readonly denials = new AreaDenials();
   readonly faults: FaultInjector;
   private readonly byToken: Map<string, Caller>;
 
-  constructor(readonly data: Dataset) {
+  constructor(readonly data: Dataset, readonly nowMs: WallClock = Date.now) {
     this.faults = new FaultInjector(data.seed);
     this.byToken = new Map(data.callers.map((c) => [c.token, c]));
   }
 
-  static generate(opts: DatasetOptions): EmulatorState {
-    return new EmulatorState(generateDataset(opts));
+  static generate(opts: DatasetOptions, nowMs?: WallClock): EmulatorState {
+    return new EmulatorState(generateDataset(opts), nowMs);
   }
 
   /** The caller behind a bearer token; undefined when unknown or revoked. */

@@ -1,9 +1,20 @@
 /**
  * What reached the API: counted per route template ("GET /api/v1/runs/{run_id}") and per token,
- * so a proxy test can tell a cache hit (nothing arrived) from a fill (one request arrived).
+ * so a proxy test can tell a cache hit (nothing arrived) from a fill (one request arrived); the
+ * busiest second, so a bench can tell whether a fleet kept within a budget; and what the
+ * rate_limit fault refused. Every request counts, whatever a fault did to it.
  */
+import type { Escalation } from './rate-limit.js';
+import { PeakRate } from './peak-rate.js';
+
 export interface StatsSnapshot {
   readonly total: number;
+  /** Most requests received in any sliding one-second window since the last reset. */
+  readonly peak_per_s: number;
+  /** 429s answered by the rate_limit fault (its lockout's included). */
+  readonly rate_limited: number;
+  /** Lockout periods begun. */
+  readonly lockouts: number;
   readonly by_route: Record<string, number>;
   readonly by_token: Record<string, number>;
 }
@@ -17,24 +28,41 @@ export const MALFORMED_ROUTE = '(malformed)';
 
 export class RequestStats {
   private total = 0;
+  private readonly peak = new PeakRate();
+  private rateLimited = 0;
+  private lockouts = 0;
   private byRoute = new Map<string, number>();
   private byToken = new Map<string, number>();
 
-  record(routeKey: string, token: string | undefined): void {
+  /** A request arrived at `nowMs` (the emulator's wall clock). */
+  record(routeKey: string, token: string | undefined, nowMs: number): void {
     this.total++;
+    this.peak.record(nowMs);
     bump(this.byRoute, routeKey);
     bump(this.byToken, token ?? NO_TOKEN);
   }
 
+  /** The rate_limit fault answered 429. */
+  recordRateLimited(escalation: Escalation): void {
+    this.rateLimited++;
+    if (escalation === 'lockout_begins') this.lockouts++;
+  }
+
   reset(): void {
     this.total = 0;
+    this.peak.reset();
+    this.rateLimited = 0;
+    this.lockouts = 0;
     this.byRoute.clear();
     this.byToken.clear();
   }
 
   /** Keys sorted, so the snapshot itself is deterministic. */
   snapshot(): StatsSnapshot {
-    return { total: this.total, by_route: sorted(this.byRoute), by_token: sorted(this.byToken) };
+    return {
+      total: this.total, peak_per_s: this.peak.peakPerSecond(), rate_limited: this.rateLimited, lockouts: this.lockouts,
+      by_route: sorted(this.byRoute), by_token: sorted(this.byToken),
+    };
   }
 }
 

@@ -18,7 +18,7 @@ import { OPERATIONS, type Operation } from '../api/catalogue.js';
 import type { CacheEntry } from '../cache/entry.js';
 import { operationTag } from '../cache/key.js';
 import { entrySizeBytes, type MemoryTier } from '../cache/memory-tier.js';
-import type { TierCounts } from '../cache/tiered.js';
+import type { Invalidated, TierCounts } from '../cache/tiered.js';
 import { AdminGuard, type AdminRouteConfig } from './admin-guard.js';
 import type { Metrics } from './metrics.js';
 import type { RequestStats } from './stats.js';
@@ -33,6 +33,8 @@ export interface AdminDeps {
     readonly memory: MemoryTier;
     invalidateTag(tag: string): Promise<TierCounts>;
     purgeAll(): Promise<TierCounts>;
+    /** The purge itself: what each tier dropped, and what it could not reach (tiered.ts). */
+    invalidate(what: { kind: 'all' } | { kind: 'tag'; tag: string }): Promise<Invalidated>;
   };
   readonly metrics: Metrics;
   readonly stats: RequestStats;
@@ -83,11 +85,24 @@ export function registerAdmin(app: FastifyInstance, deps: AdminDeps): void {
 
     admin.post('/admin/purge', async (request, reply) => {
       const what = parsePurge(request.body);
-      const counts = what.kind === 'all' ? await deps.cache.purgeAll() : await deps.cache.invalidateTag(what.tag);
+      const { dropped: counts, unreached } = await deps.cache.invalidate(what);
       const purged = counts.memory ?? 0;
       deps.metrics.purge();
-      deps.logger.info({ purge: what.kind === 'all' ? 'all' : what.tag, purged, tiers: counts }, 'purge');
-      return reply.send({ purged, tiers: counts, ...(what.kind === 'tag' ? { tag: what.tag } : { all: true }) });
+      const body = { purged, tiers: counts, ...(what.kind === 'tag' ? { tag: what.tag } : { all: true }) };
+      if (unreached.length === 0) {
+        deps.logger.info({ purge: what.kind === 'all' ? 'all' : what.tag, purged, tiers: counts }, 'purge');
+        return reply.send(body);
+      }
+      // 503, not 200: the purge did not reach every tier (nor, then, every replica), and asking
+      // again is the remedy once Redis answers; a 207 would need a multi-status body clients
+      // do not parse. This replica drops what it could and keeps retrying the rest meanwhile.
+      deps.logger.warn({ purge: what.kind === 'all' ? 'all' : what.tag, purged, tiers: counts, unreached }, 'purge did not reach every tier');
+      return reply.code(503).header('retry-after', '2').send({
+        message: `The purge did not reach ${unreached.join(' and ')} in time: this replica purged its memory and does not serve what Redis holds for it; it keeps retrying. Purge again once Redis answers.`,
+        errors: {},
+        unreached,
+        ...body,
+      });
     });
 
     admin.get('/admin/entries', async (request, reply) => reply.send(listEntries(deps, request.query as Record<string, unknown>)));

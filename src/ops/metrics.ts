@@ -10,6 +10,7 @@
  * exposition is built only when /metrics is scraped (`LabelledFamily.get`).
  */
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type { BudgetEvents, BudgetMode, BudgetSnapshot } from '../upstream/fleet-budget.js';
 
 /** Status of an answer as a bounded label: 429 on its own (rate limiting is worth its own line). */
 export type StatusClass = '2xx' | '3xx' | '4xx' | '429' | '5xx' | 'error';
@@ -159,13 +160,19 @@ export interface Metrics {
   gauge(name: string, help: string, read: () => number): void;
   /** Registers a counter whose value is kept elsewhere and read at scrape time. */
   counter(name: string, help: string, read: () => number): void;
+  /** The fleet budget's events (fleet-budget.ts), counted: pass as its `events`. */
+  readonly budget: BudgetEvents;
+  /** Registers the fleet budget's gauges, read from its snapshot at scrape time (once per process). */
+  watchBudget(snapshot: () => BudgetSnapshot): void;
   /** Read access for /admin/stats. */
   readonly families: {
     readonly requests: LabelledFamily;
     readonly upstreamResponses: LabelledFamily;
     readonly evictions: LabelledFamily;
+    readonly budgetTokens: LabelledFamily;
+    readonly budgetWaits: LabelledFamily;
   };
-  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number };
+  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number; budgetPauses: number };
 }
 
 export interface MetricsOptions {
@@ -199,9 +206,19 @@ export function createMetrics(options: MetricsOptions): Metrics {
   // The one counted on every hit (a caller known to this process): found once, here.
   const memoLookups = identityLookups.slot('memo');
   const redisDuration = options.redis
-    ? new LabelledFamily('tm_cache_redis_command_duration_seconds', 'Redis operations by kind (get, set, delete, tag, lock, json, publish, secret), answered or failed.', 'histogram', ['command'], REDIS_BUCKETS, registry)
+    ? new LabelledFamily('tm_cache_redis_command_duration_seconds', 'Redis operations by kind (get, set, delete, tag, lock, json, publish, secret, budget), answered or failed.', 'histogram', ['command'], REDIS_BUCKETS, registry)
     : undefined;
-  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0 };
+  const budgetTokens = new LabelledFamily('tm_cache_upstream_budget_tokens_total',
+    'Tokens of the fleet\'s upstream budget taken by this replica, by priority (client, background, ahead): one per upstream request.',
+    'counter', ['priority'], [], registry);
+  const budgetWaits = new LabelledFamily('tm_cache_upstream_budget_waits_total',
+    'Requests that found no budget token at hand and waited, by priority and result (granted: a token came; spent: none within upstream.budget.maxWaitMs, the fleet paused for longer, or the queue full).',
+    'counter', ['priority', 'result'], [], registry);
+  const budgetSkips = new LabelledFamily('tm_cache_upstream_budget_skipped_total',
+    'Background work skipped rather than queued because no budget token was at hand, by priority.',
+    'counter', ['priority'], [], registry);
+  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0 };
+  counterOf(registry, 'tm_cache_upstream_budget_pauses_total', 'Fleet pauses this replica learned of: a 429 from the instance, its own or another replica\'s through Redis.', () => totals.budgetPauses);
   counterOf(registry, 'tm_cache_bytes_sent_total', 'Body bytes sent to clients by the cache path (not passthrough).', () => totals.bytesSent);
   counterOf(registry, 'tm_cache_not_modified_bytes_saved_total', 'Body bytes not sent because a client\'s If-None-Match matched (304).', () => totals.notModifiedSaved);
   counterOf(registry, 'tm_cache_purges_total', 'Purges through the admin API (POST /admin/purge).', () => totals.purges);
@@ -245,10 +262,28 @@ export function createMetrics(options: MetricsOptions): Metrics {
     counter(name, help, read) {
       counterOf(registry, name, help, read);
     },
-    families: { requests, upstreamResponses, evictions },
+    budget: {
+      taken: (priority) => budgetTokens.inc(budgetTokens.slot(priority)),
+      waited: (priority, result) => budgetWaits.inc(budgetWaits.slot(priority, result)),
+      skipped: (priority) => budgetSkips.inc(budgetSkips.slot(priority)),
+      paused: () => void totals.budgetPauses++,
+      modeChanged: () => undefined,
+    },
+    watchBudget(snapshot) {
+      const gauge = (name: string, help: string, read: (s: BudgetSnapshot) => number): void => {
+        new Gauge({ name, help, registers: [registry], collect() { this.set(read(snapshot())); } });
+      };
+      gauge('tm_cache_upstream_budget_rate', 'The fleet\'s upstream rate as this replica last learned it (requests per second): the budget, or what 429s taught.', (s) => s.rateRps);
+      gauge('tm_cache_upstream_budget_paused_seconds', 'How long the fleet\'s upstream requests are still paused after a 429 (0: not paused).', (s) => s.pausedMs / 1_000);
+      gauge('tm_cache_upstream_budget_queued', 'Requests waiting for a budget token, every priority.', (s) => s.queued.client + s.queued.background + s.queued.ahead);
+      gauge('tm_cache_upstream_budget_shared', 'Where budget tokens come from: 1 the fleet\'s shared bucket (Redis), 0 this replica\'s own (its fallback share, or no Redis).', (s) => (s.mode === SHARED ? 1 : 0));
+    },
+    families: { requests, upstreamResponses, evictions, budgetTokens, budgetWaits },
     totals,
   };
 }
+
+const SHARED: BudgetMode = 'shared';
 
 /** A counter whose value is kept elsewhere (a plain number) and read at scrape time. */
 function counterOf(registry: Registry, name: string, help: string, read: () => number): void {

@@ -17,14 +17,14 @@
  *   came back: a confirmation never outlives its promise.
  * - A 403/404 forgets the confirmation here and in the shared store; the caller (read-through,
  *   through the access rules) drops the user's entries of that project.
- * - An answer that is not the API's (a 200 SSO or maintenance page: not JSON) is no verdict,
- *   as for fills and GET /user: the entry is not served on its word.
  * - Every answer that reveals anything of a project is gated, whatever its path names. One that
  *   names a single project (its tag: from the path, the body's `project_id`, or the project the
  *   policy learned for a resource in the path, as for a run's results) is gated by that
  *   project's confirmation. One whose projects cannot be confirmed one by one (`GET /projects`
  *   lists many; the results of a run whose project this replica never learned name none) is its
  *   own confirmation: served for `access.projectConfirmMs` from its fill, then asked again.
+ * - An answer that is not the API's (a 200 SSO or maintenance page: not JSON) is no verdict,
+ *   as for fills and GET /user: the entry is not served on its word.
  */
 import type { Operation } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';

@@ -18,6 +18,7 @@ import type { Logger } from 'pino';
 import type { CacheEntry } from '../cache/entry.js';
 import type { FillLock } from '../cache/fill.js';
 import { FreshnessPolicy } from '../cache/policy.js';
+import { describeKey } from '../cache/key.js';
 import type { Config } from '../config/schema.js';
 import type { Upstream } from '../upstream/client.js';
 import type { InvalidationBus } from '../cache/invalidation.js';
@@ -186,7 +187,8 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     lockWaitMs: config.cache.redis.lockWaitMs,
     maxEntryBytes: deps.cache.maxEntryBytes,
     now,
-    onBackgroundError: (err, key) => deps.logger.warn({ err: err instanceof Error ? err.message : String(err), key }, 'background refresh failed'),
+    // The key as describeKey shows it: a log line never carries a user id with a canonical query.
+    onBackgroundError: (err, key) => deps.logger.warn({ err: err instanceof Error ? err.message : String(err), ...describeKey(key) }, 'background refresh failed'),
   });
   const routes = new RouteMemo(config.server.routeMemoMaxBytes);
   if (deps.gauge) gaugeMemos(deps.gauge, routes, identity);

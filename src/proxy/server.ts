@@ -5,12 +5,16 @@
  * then connections, Redis and the upstream pool close.
  */
 import { randomBytes } from 'node:crypto';
+import { ConfigError } from '../config/errors.js';
+import { MAKE_SECRET_HINT, usesRedis } from '../config/relations.js';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { applyReloadable } from '../config/reload.js';
 import { decodeSecret } from '../config/secrets.js';
 import type { Config } from '../config/schema.js';
+import { deriveIdentitySecret } from '../cache/codec.js';
 import { MemoryTier } from '../cache/memory-tier.js';
+import { claimLimitsOf } from '../cache/policy.js';
 import { createRedisRoles, type RedisRoles } from '../cache/redis.js';
 import { TieredCache, type TierList } from '../cache/tiered.js';
 import type { Keyring } from '../cache/keyring.js';
@@ -52,13 +56,15 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   const startedAt = now();
   let current = config;
   const metrics = createMetrics({ version: VERSION, redis: usesRedis(config) });
+  // Before anything connects: a shared Redis is refused without a secret it does not hold.
+  const hmacSecret = resolveHmacSecret(config);
   const redis = usesRedis(config) ? makeRedisRoles(config, logger, now, (kind, seconds) => metrics.redisCommand(kind, seconds)) : undefined;
   if (redis && Object.keys(config.cache.redis.encryptionKeys).length === 0) {
     logger.warn('cache.redis.encryptionKeys is empty: entries are stored in Redis compressed but not encrypted');
   }
   const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now, onEvict: () => metrics.eviction('memory') });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
-  const cache = new TieredCache({ tiers, ...(redis ? { bus: redis.bus } : {}) });
+  const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}) });
   const client = new UpstreamClient(config.upstream);
   const stats = new RequestStats(now);
   const health = new UpstreamHealth({
@@ -77,12 +83,11 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   const identityUpstream = observeUpstream(client.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue }), health, observe);
   const recorder = new Recorder(metrics, stats, logger, config.log);
   // A replica starts with its shared tier when Redis is there: before listening, it waits at most
-  // connectTimeoutMs for the connection (and the bus's subscription), whatever the secret's source.
+  // connectTimeoutMs for the connection (and the bus's subscription).
   // Otherwise its first requests would each miss Redis and ask upstream for what others hold.
   if (redis && !(await redis.connection.ready(config.cache.redis.connectTimeoutMs))) {
     logger.warn({ connectTimeoutMs: config.cache.redis.connectTimeoutMs }, 'Redis is not connected yet: serving from memory and upstream until it is');
   }
-  const hmacSecret = await resolveHmacSecret(config, redis, logger);
   // Before any request: every value read from Redis is checked against its key from now on.
   redis?.bind(hmacSecret);
   const proxy = await buildProxy(config, {
@@ -112,7 +117,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   metrics.gauge('tm_cache_identity_upstream_queued', 'Identity look-ups waiting for a slot.', () => identityUpstream.load.queued);
   if (redis) {
     metrics.counter('tm_cache_redis_errors_total', 'Redis errors, timeouts, disconnections and calls skipped while it was unavailable.', () => redis.connection.stats().errors);
-    metrics.counter('tm_cache_redis_rejected_total', 'Values read from Redis that did not belong under their key or were invalid (deleted).', () => rejectedOf(redis));
+    metrics.counter('tm_cache_redis_rejected_total', 'Values read from Redis that did not verify under their key (another secret, altered, copied) or were invalid: misses, left in Redis.', () => rejectedOf(redis));
     metrics.gauge('tm_cache_redis_up', '1 while Redis is usable, 0 while it is degraded (down, reconnecting, breaker open).', () => (redis.connection.degradedReason() === undefined ? 1 : 0));
   }
 
@@ -152,6 +157,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     reconfigure(next) {
       current = applyReloadable(current, next);
       proxy.reconfigure(current);
+      redis?.tier.limitClaims(claimLimitsOf(current.cache.freshness, current.cache.staleIfErrorMs));
       recorder.access = current.log;
       (options.setLogLevel ?? ((level) => (logger.level = level)))(current.server.logLevel);
     },
@@ -167,10 +173,6 @@ export async function startProxy(config: Config, options: StartOptions): Promise
       await redis?.close();
     },
   };
-}
-
-function usesRedis(config: Config): boolean {
-  return config.cache.redis.url !== '' || config.cache.redis.mode !== 'standalone';
 }
 
 function makeRedisRoles(config: Config, logger: Logger, now: () => number, onCommand: (kind: string, seconds: number) => void): RedisRoles {
@@ -195,6 +197,7 @@ function makeRedisRoles(config: Config, logger: Logger, now: () => number, onCom
     breakerCooldownMs: r.breakerCooldownMs,
     keyPrefix: r.keyPrefix,
     maxEntryBytes: config.cache.redis.maxEntryBytes,
+    claimLimits: claimLimitsOf(config.cache.freshness, config.cache.staleIfErrorMs),
     ...(keyring ? { keyring } : {}),
     logger: logger.child({ tier: 'redis' }),
     now,
@@ -213,18 +216,18 @@ function parseHostPort(text: string): HostPort {
 }
 
 /**
- * The HMAC secret for credentials: configured, else shared through Redis so every replica computes
- * the same digests, else (memory only, or Redis unreachable at start) random for this process.
- * It is also the root of trust for values in Redis (the MAC key is derived from it): a generated
- * one is only as safe as Redis itself, so configure it where Redis is shared with anyone untrusted.
+ * The HMAC secret for credentials, and the root of trust of values in Redis (the MAC key is
+ * derived from it): configured; else derived from the current encryption key (codec.ts
+ * `deriveIdentitySecret`); else, without Redis, random for this process. With a shared Redis and
+ * neither, refused (as config validation does, relations.ts): a secret kept in Redis could be
+ * read and forged with by anyone who can read Redis, and lost with it.
  */
-async function resolveHmacSecret(config: Config, redis: RedisRoles | undefined, logger: Logger): Promise<Buffer> {
+function resolveHmacSecret(config: Config): Buffer {
   if (config.identity.hmacSecret !== '') return decodeSecret(config.identity.hmacSecret)!;
-  if (redis) {
-    const shared = await redis.secrets.getOrCreateSecret('hmac');
-    if (shared) return shared;
-    logger.warn('could not read the shared HMAC secret from Redis: using a per-process one (identities are not shared until restart)');
-  }
+  const { encryptionKeys, encryptionKeyId } = config.cache.redis;
+  const current = encryptionKeys[encryptionKeyId];
+  if (current !== undefined) return deriveIdentitySecret(decodeSecret(current)!);
+  if (usesRedis(config)) throw new ConfigError(`identity.hmacSecret or cache.redis.encryptionKeys: a shared Redis needs a secret that Redis does not hold: ${MAKE_SECRET_HINT}`);
   return randomBytes(32);
 }
 

@@ -35,8 +35,8 @@ export interface UpstreamResponse {
 /** What every upstream request asks for: JSON, as identity bytes the cache can store and encode itself. */
 export const UPSTREAM_HEADERS = { accept: 'application/json', 'accept-encoding': 'identity' } as const;
 
-/** The `upstream` section of the config, less what the proxy itself handles (Retry-After, passthrough). */
-export type UpstreamOptions = Omit<Config['upstream'], 'defaultRetryAfterMs' | 'maxRetryAfterMs' | 'forwardPrefixes'>;
+/** The `upstream` section of the config, less what the proxy itself handles (Retry-After, passthrough, the fleet budget: fleet-budget.ts). */
+export type UpstreamOptions = Omit<Config['upstream'], 'defaultRetryAfterMs' | 'maxRetryAfterMs' | 'forwardPrefixes' | 'budget'>;
 
 /** What the read-through needs from upstream; tests may substitute it, production uses UpstreamClient. */
 export interface Upstream {

@@ -14,7 +14,10 @@
  * Requests with no caller (the health probe, identity look-ups of unknown tokens) share one
  * share of their own. Nothing here is touched by a cache hit: only requests that go upstream.
  */
+import { FairQueue, type LaneCaller } from './fair-queue.js';
 import { UpstreamError } from './upstream-error.js';
+
+export type { LaneCaller } from './fair-queue.js';
 
 /** Limits of one lane: requests in flight at once, how many may wait for a slot, and one caller's share of both. */
 export interface LaneLimits {
@@ -24,24 +27,16 @@ export interface LaneLimits {
   readonly maxPerCaller?: number | undefined;
 }
 
-/** Whose share a request takes: a user id, or undefined for requests made on nobody's behalf. */
-export type LaneCaller = number | undefined;
-
-/** One caller's requests in the lane: how many it holds (in flight + waiting), and its waiters in arrival order. */
+/** One caller's requests in the lane: how many it holds, in flight and waiting. */
 interface Share {
   held: number;
-  readonly waiting: Array<() => void>;
 }
 
 export class FairLane {
   private active = 0;
-  private queued = 0;
   private readonly shares = new Map<LaneCaller, Share>();
-  /**
-   * Callers with a waiter, in turn order: a Set iterates in insertion order, so taking the first
-   * and re-adding it when it still waits moves it to the back (round-robin, O(1) per turn).
-   */
-  private readonly turns = new Set<LaneCaller>();
+  /** Waiters for a slot, taken round-robin between callers. */
+  private readonly waiting = new FairQueue<() => void>();
   private readonly maxPerCaller: number;
 
   constructor(private readonly limits: LaneLimits) {
@@ -49,7 +44,7 @@ export class FairLane {
   }
 
   get load(): { active: number; queued: number } {
-    return { active: this.active, queued: this.queued };
+    return { active: this.active, queued: this.waiting.size };
   }
 
   /** A caller's requests in the lane, in flight and waiting (0 when none). */
@@ -72,14 +67,11 @@ export class FairLane {
       this.shareOf(caller, share).held++;
       return undefined;
     }
-    if (this.queued >= this.limits.maxQueue) {
+    if (this.waiting.size >= this.limits.maxQueue) {
       return Promise.reject(new UpstreamError('queue-full', 'too many requests waiting for the upstream'));
     }
-    const mine = this.shareOf(caller, share);
-    mine.held++;
-    this.queued++;
-    this.turns.add(caller);
-    return new Promise((resolve) => mine.waiting.push(resolve));
+    this.shareOf(caller, share).held++;
+    return new Promise((resolve) => this.waiting.push(caller, resolve));
   }
 
   /** Gives back `caller`'s slot and hands it to the next caller in turn. */
@@ -92,28 +84,23 @@ export class FairLane {
 
   /** Lets every waiter go (on close: their dispatch then fails as `closed`, and releases its slot). */
   wakeAll(): void {
-    while (this.queued > 0) this.wakeNext();
+    while (this.waiting.size > 0) this.wakeNext();
   }
 
   private dispatchNext(): void {
-    if (this.queued > 0 && this.active < this.limits.maxConcurrent) this.wakeNext();
+    if (this.waiting.size > 0 && this.active < this.limits.maxConcurrent) this.wakeNext();
   }
 
-  /** The oldest waiter of the caller whose turn it is; that caller goes to the back if it still waits. */
+  /** The oldest waiter of the caller whose turn it is (fair-queue.ts). */
   private wakeNext(): void {
-    const caller = this.turns.values().next().value as LaneCaller;
-    this.turns.delete(caller);
-    const share = this.shares.get(caller)!;
-    const wake = share.waiting.shift()!;
-    if (share.waiting.length > 0) this.turns.add(caller);
-    this.queued--;
+    const wake = this.waiting.shift()!;
     this.active++;
     wake();
   }
 
   private shareOf(caller: LaneCaller, share: Share | undefined): Share {
     if (share !== undefined) return share;
-    const created: Share = { held: 0, waiting: [] };
+    const created: Share = { held: 0 };
     this.shares.set(caller, created);
     return created;
   }

@@ -2,7 +2,7 @@
  * The floor of a miss in node: a bare `http` server that forwards each request to the upstream
  * through an undici Pool (a raw dispatch handler, the body collected into one buffer of the
  * announced length) and writes the answer back. No routing, no identity, no key, no cache: what
- * tm-cache's miss costs beyond this is the cache's own work (miss-ab.ts, BENCH_BARE_PROXY=1).
+ * tm-cache's miss costs beyond this is the cache's own work (npm run bench -- ab:miss --bare-proxy).
  *
  *   node --import tsx test/bench/bare-proxy.ts --port 8082 --upstream http://127.0.0.1:8080
  */

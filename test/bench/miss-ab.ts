@@ -1,11 +1,11 @@
 /**
- * A miss, side by side with nginx `proxy_pass` (no cache, keepalive upstream, one worker): the
- * latency and CPU a miss costs through tm-cache against what the plainest reverse proxy pays for
- * the same answer. Optionally a second tm-cache build too (`BENCH_AB_BASE`, as in ab.ts), so a
- * change to the miss path is judged against its base in the same run.
+ * `ab:miss`: a miss, side by side with nginx `proxy_pass` (no cache, keepalive upstream, one
+ * worker): the latency and CPU a miss costs through tm-cache against what the plainest reverse
+ * proxy pays for the same answer. Optionally a second tm-cache build too (`--base`, as in
+ * ab:hit), so a change to the miss path is judged against its base in the same run.
  *
- *   npm run build && npx tsx test/bench/miss-ab.ts
- *   BENCH_AB_BASE=/work/wt-perf-base npx tsx test/bench/miss-ab.ts
+ *   npm run bench -- ab:miss
+ *   npm run bench -- ab:miss --base /work/wt-perf-base
  *
  * Every server sits on the server core (nginx, tm-cache, the base), the emulator and this runner
  * on the load core. N distinct cold questions (the bench page with a unique `created_before`:
@@ -13,27 +13,24 @@
  * on all alike. Latency: the client's wall time for the whole answer, median and p90. CPU per
  * miss: the server's process group CPU time over the loop ÷ N, read two ways: from
  * /proc/<pid>/task/<tid>/schedstat (nanoseconds, every thread: the precise figure) and from
- * utime+stime of /proc/<pid>/stat (10 ms ticks, the same count `npm run bench` prints).
- * Options: BENCH_MISSES (default 600), BENCH_WARMUP (default 300), BENCH_BARE_PROXY=1 (also the
- * floor of a node proxy: bare-proxy.ts, a raw http server forwarding through undici, no cache),
- * BENCH_NGINX_CACHE=1 (also nginx proxy_cache, peers.ts: a cache's miss, which stores the answer as
- * tm-cache does, where proxy_pass stores nothing), BENCH_NODE_FLAGS (`;`-separated sets of node flags: one more tm-cache of this checkout per set,
- * e.g. `--max-semi-space-size=32;--single-threaded-gc`, to weigh GC settings).
+ * utime+stime of /proc/<pid>/stat (10 ms ticks, the same count the `miss` scenario prints).
+ * Knobs: --misses (600), --miss-warmup (300), --bare-proxy (also the floor of a node proxy:
+ * bare-proxy.ts, a raw http server forwarding through undici, no cache), --nginx-cache (also nginx
+ * proxy_cache, peers.ts: a cache's miss, which stores the answer as tm-cache does, where
+ * proxy_pass stores nothing), --no-store (also a tm-cache whose memory tier keeps nothing),
+ * --node-flags (`;`-separated sets of node flags: one more tm-cache of this checkout per set,
+ * e.g. `--max-semi-space-size=32;--single-threaded-gc`, to weigh GC settings), --configs (JSON
+ * {name: YAML}: one more tm-cache per config).
  */
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Pool } from 'undici';
-import { choosePage, type Page } from './measure.js';
+import type { Page } from './measure.js';
 import { makeNginxPassConf, startNginx } from './peers.js';
-import { freePort, groupCpuSeconds, installCleanup, pinSelf, startProcess, stopAll, waitForHttp } from './procs.js';
-import { envNumber, fmt, median, printTable, quantile } from './report.js';
+import { freePort, groupCpuSeconds, groupCpuSecondsPrecise, startProcess, waitForHttp } from './procs.js';
+import { fmt, maxCheck, median, printTable, quantile, ratioCheck, type Check } from './report.js';
 import { uniquePath } from './scenario-miss.js';
-import { LOAD_CPU, ROOT, SERVER_CPU, startEmulator, startTmCache, type Server } from './servers.js';
-
-const MISSES = envNumber('BENCH_MISSES', 600);
-const WARMUP = envNumber('BENCH_WARMUP', 300);
-const BASE = process.env['BENCH_AB_BASE'];
+import { ROOT, SERVER_CPU, startTmCache, type Emulator, type Server } from './servers.js';
 
 async function startNginxProxyPass(dir: string, upstream: string): Promise<Server> {
   const u = new URL(upstream);
@@ -71,15 +68,10 @@ function threadCpuNs(pgid: number): Map<string, number> {
   return out;
 }
 
-/** CPU nanoseconds run so far by every thread of every live process in the group `pgid`. */
-function groupCpuNs(pgid: number): number {
-  return [...threadCpuNs(pgid).values()].reduce((a, b) => a + b, 0);
-}
-
-/** Where each server's CPU went, by thread name, in µs per miss (`BENCH_THREADS=1`). */
-function threadRows(before: Map<string, number>[], after: Map<string, number>[], rows: Row[]): string[] {
+/** Where each server's CPU went, by thread name, in µs per miss. */
+function threadRows(before: Map<string, number>[], after: Map<string, number>[], rows: Row[], count: number): string[] {
   return rows.map((r, j) => {
-    const parts = [...after[j]!].map(([name, ns]): [string, number] => [name, (ns - (before[j]!.get(name) ?? 0)) / 1e3 / MISSES]).filter(([, us]) => us >= 1);
+    const parts = [...after[j]!].map(([name, ns]): [string, number] => [name, (ns - (before[j]!.get(name) ?? 0)) / 1e3 / count]).filter(([, us]) => us >= 1);
     return `${r.server.name}: ${parts.map(([name, us]) => `${name} ${fmt(us, 0)}`).join(', ')} (µs per miss by thread)`;
   });
 }
@@ -100,68 +92,98 @@ async function ask(row: Row, page: Page): Promise<void> {
   if (String(res.headers['cache-status'] ?? '').includes('fwd=uri-miss')) row.misses++;
 }
 
-installCleanup();
-pinSelf(LOAD_CPU);
-const dir = mkdtempSync(join(tmpdir(), 'tm-cache-miss-ab-'));
-try {
-  const emulator = await startEmulator();
-  const page = await choosePage(emulator);
+interface AbMissOptions {
+  readonly misses: number;
+  readonly warmup: number;
+  /** Another checkout, built: one more tm-cache. */
+  readonly base?: string | undefined;
+  readonly bareProxy: boolean;
+  readonly nginxCache: boolean;
+  readonly noStore: boolean;
+  /** `;`-separated sets of node flags. */
+  readonly nodeFlags?: string | undefined;
+  /** JSON {name: YAML}. */
+  readonly configs?: string | undefined;
+}
+
+interface AbMissRow {
+  readonly server: string;
+  readonly medianMs: number;
+  readonly p90Ms: number;
+  readonly cpuUsPerMiss: number;
+  readonly cpuUsPerMissTicks: number;
+  readonly uriMisses?: number;
+}
+
+interface AbMiss {
+  readonly rows: AbMissRow[];
+  readonly checks: Check[];
+}
+
+export async function runAbMiss(emulator: Emulator, page: Page, dir: string, options: AbMissOptions): Promise<AbMiss> {
+  const count = options.misses;
   const servers = [await startNginxProxyPass(dir, emulator.url), await startTmCache(emulator.url, { name: 'tm-cache (this checkout)' })];
-  for (const flags of (process.env['BENCH_NODE_FLAGS'] ?? '').split(';').filter((f) => f.trim() !== '')) {
+  for (const flags of (options.nodeFlags ?? '').split(';').filter((f) => f.trim() !== '')) {
     servers.push(await startTmCache(emulator.url, { name: `tm-cache ${flags.trim()}`, nodeArgs: flags.trim().split(/\s+/) }));
   }
-  if (process.env['BENCH_NO_STORE'] === '1') {
+  if (options.noStore) {
     const config = join(dir, 'no-store.yaml');
     writeFileSync(config, 'cache:\n  memory:\n    maxEntryBytes: 1\n');
     servers.push(await startTmCache(emulator.url, { name: 'tm-cache, memory keeps nothing', env: { TM_CACHE_CONFIG: config } }));
   }
-  for (const [name, yaml] of Object.entries(JSON.parse(process.env['BENCH_CONFIGS'] ?? '{}') as Record<string, string>)) {
+  for (const [name, yaml] of Object.entries(JSON.parse(options.configs ?? '{}') as Record<string, string>)) {
     const config = join(dir, `variant-${servers.length}.yaml`);
     writeFileSync(config, yaml);
     servers.push(await startTmCache(emulator.url, { name: `tm-cache ${name}`, env: { TM_CACHE_CONFIG: config } }));
   }
-  if (process.env['BENCH_NGINX_CACHE'] === '1') {
+  if (options.nginxCache) {
     const u = new URL(emulator.url);
     const peer = await startNginx(join(dir, 'cache'), await freePort(), { host: u.hostname, port: Number(u.port) }, SERVER_CPU);
     if (typeof peer === 'string') throw new Error(peer);
     servers.push({ ...peer, name: 'nginx proxy_cache' });
   }
-  if (process.env['BENCH_BARE_PROXY'] === '1') servers.push(await startBareProxy(emulator.url));
-  if (BASE) {
-    if (!existsSync(join(BASE, 'dist/cli.js'))) throw new Error(`BENCH_AB_BASE=${BASE} has no built dist/cli.js`);
-    servers.push(await startTmCache(emulator.url, { name: `tm-cache base (${BASE})`, cli: join(BASE, 'dist/cli.js') }));
-  }
+  if (options.bareProxy) servers.push(await startBareProxy(emulator.url));
+  if (options.base) servers.push(await startTmCache(emulator.url, { name: `tm-cache base (${options.base})`, cli: join(options.base, 'dist/cli.js') }));
   const rows: Row[] = servers.map((server) => ({ server, pool: new Pool(server.url, { connections: 1 }), ms: [], misses: 0 }));
-  for (let i = 0; i < WARMUP; i++) for (const row of rows) await ask(row, page);
+  for (let i = 0; i < options.warmup; i++) for (const row of rows) await ask(row, page);
   for (const row of rows) {
     row.ms.length = 0;
     row.misses = 0;
   }
   const threads0 = rows.map((r) => threadCpuNs(r.server.proc.pid));
-  const ns0 = rows.map((r) => groupCpuNs(r.server.proc.pid));
+  const ns0 = rows.map((r) => groupCpuSecondsPrecise(r.server.proc.pid) * 1e9);
   const s0 = rows.map((r) => groupCpuSeconds(r.server.proc.pid));
-  for (let i = 0; i < MISSES; i++) for (let k = 0; k < rows.length; k++) await ask(rows[(i + k) % rows.length]!, page);
-  const cpuNs = rows.map((r, j) => groupCpuNs(r.server.proc.pid) - ns0[j]!);
+  for (let i = 0; i < count; i++) for (let k = 0; k < rows.length; k++) await ask(rows[(i + k) % rows.length]!, page);
+  const cpuNs = rows.map((r, j) => groupCpuSecondsPrecise(r.server.proc.pid) * 1e9 - ns0[j]!);
   const threads1 = rows.map((r) => threadCpuNs(r.server.proc.pid));
   const cpuTicksS = rows.map((r, j) => groupCpuSeconds(r.server.proc.pid) - s0[j]!);
   await Promise.all(rows.map((r) => r.pool.close()));
-  const nginx = { ms: median(rows[0]!.ms), cpuUs: cpuNs[0]! / 1e3 / MISSES };
+  const nginx = { ms: median(rows[0]!.ms), cpuUs: cpuNs[0]! / 1e3 / count };
+  const out: AbMissRow[] = rows.map((r, j) => ({
+    server: r.server.name,
+    medianMs: median(r.ms),
+    p90Ms: quantile(r.ms, 0.9),
+    cpuUsPerMiss: cpuNs[j]! / 1e3 / count,
+    cpuUsPerMissTicks: (cpuTicksS[j]! * 1e6) / count,
+    ...(j === 0 ? {} : { uriMisses: r.misses }),
+  }));
   printTable(
-    `miss vs nginx proxy_pass: ${MISSES} distinct cold questions each, one at a time, rotating; ${page.path} (${page.body.length} B)`,
+    `miss vs nginx proxy_pass: ${count} distinct cold questions each, one at a time, rotating; ${page.path} (${page.body.length} B)`,
     ['server', 'median ms', 'p90 ms', 'median ÷ nginx', 'CPU µs/miss', 'CPU ÷ nginx', 'CPU µs/miss (stat ticks)', 'fwd=uri-miss'],
-    rows.map((r, j) => {
-      const med = median(r.ms);
-      const cpuUs = cpuNs[j]! / 1e3 / MISSES;
-      return [r.server.name, fmt(med, 3), fmt(quantile(r.ms, 0.9), 3), fmt(med / nginx.ms), fmt(cpuUs, 0), fmt(cpuUs / nginx.cpuUs), fmt((cpuTicksS[j]! * 1e6) / MISSES, 0), j === 0 ? '' : `${r.misses}/${MISSES}`];
-    }),
+    out.map((r, j) => [r.server, fmt(r.medianMs, 3), fmt(r.p90Ms, 3), fmt(r.medianMs / nginx.ms), fmt(r.cpuUsPerMiss, 0), fmt(r.cpuUsPerMiss / nginx.cpuUs), fmt(r.cpuUsPerMissTicks, 0), j === 0 ? '' : `${r.uriMisses}/${count}`]),
     [
       'targets (issue 10): median ≤ 1.15× nginx, CPU per miss ≤ 2× nginx. CPU: schedstat of every thread of the process group.',
       'taken on a shared 2-core machine: compare the rows with each other, not with another run.',
-      ...threadRows(threads0, threads1, rows),
+      ...threadRows(threads0, threads1, rows, count),
     ],
   );
-} finally {
-  await stopAll();
-  rmSync(dir, { recursive: true, force: true });
+  return {
+    rows: out,
+    // The targets are tm-cache's; the other rows (nginx proxy_cache, the bare proxy) are for reading them against.
+    checks: out.slice(1).flatMap((r) => {
+      const [latency, cpu] = [r.medianMs / nginx.ms, r.cpuUsPerMiss / nginx.cpuUs];
+      const names = [`ab:miss: ${r.server} ÷ nginx proxy_pass, median latency`, `ab:miss: ${r.server} ÷ nginx proxy_pass, CPU per miss`] as const;
+      return r.server.startsWith('tm-cache') ? [maxCheck(names[0], latency, 1.15), maxCheck(names[1], cpu, 2)] : [ratioCheck(names[0], latency, undefined), ratioCheck(names[1], cpu, undefined)];
+    }),
+  };
 }
-process.exit(0);

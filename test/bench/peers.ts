@@ -6,9 +6,8 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { missingBinary } from './guards.js';
 import { findBinary, startProcess, waitForHttp, type Proc } from './procs.js';
-
-export const INSTALL_HINT = 'apt-get install varnish nginx-light wrk';
 
 export interface Backend {
   readonly host: string;
@@ -40,8 +39,9 @@ ${freshness}
 
 /** Varnish with `vcl` (default makeVcl: 30 s, no grace), its work directory under `dir`. */
 export async function startVarnish(dir: string, port: number, backend: Backend, cpu: number, vclText = makeVcl(backend)): Promise<Peer | string> {
-  const varnishd = findBinary('varnishd');
-  if (!varnishd) return `varnishd not found (install: ${INSTALL_HINT})`;
+  const missing = missingBinary('varnishd');
+  if (missing) return missing;
+  const varnishd = findBinary('varnishd')!;
   const vcl = join(dir, 'bench.vcl');
   writeFileSync(vcl, vclText);
   const workdir = join(dir, 'varnish');
@@ -123,8 +123,9 @@ export type NginxConf = (dir: string, port: number, backend: Backend) => string;
 
 /** nginx with `conf` (default the proxy_cache one), its files under `dir`/`name`. */
 export async function startNginx(dir: string, port: number, backend: Backend, cpu: number, conf: NginxConf = makeNginxConf, name = 'nginx'): Promise<Peer | string> {
-  const nginx = findBinary('nginx');
-  if (!nginx) return `nginx not found (install: ${INSTALL_HINT})`;
+  const missing = missingBinary('nginx');
+  if (missing) return missing;
+  const nginx = findBinary('nginx')!;
   const prefix = join(dir, name.replace(/[^a-z0-9]+/gi, '-'));
   mkdirSync(prefix, { recursive: true });
   const confFile = join(prefix, 'nginx.conf');

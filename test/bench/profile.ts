@@ -1,27 +1,25 @@
 /**
- * Where a tm-cache request path spends its CPU: runs the BUILT server under `node --cpu-prof`
- * (pinned to the server core, load on the load core, as in run.ts), then prints the top frames
- * by self time and by inclusive time, a breakdown by origin (tm-cache, fastify, node, GC), and
- * the garbage collector's share of the busy time.
+ * `profile:<mode>`: where a tm-cache request path spends its CPU. Runs the BUILT server under
+ * `node --cpu-prof` (pinned to the server core, load on the load core, as every scenario), then
+ * prints the top frames by self time and by inclusive time, a breakdown by origin (tm-cache,
+ * fastify, node, GC), and the garbage collector's share of the busy time.
  *
- *   npm run build && npx tsx test/bench/profile.ts hit     # memory-tier hits, wrk 32 connections
- *   npx tsx test/bench/profile.ts redis                    # Redis-tier hits (a memory tier storing nothing: startRedisHitServer)
- *   npx tsx test/bench/profile.ts miss                     # distinct cold requests, one at a time
- *   npx tsx test/bench/profile.ts bare                     # the bare fastify baseline, for comparison
+ *   npm run bench -- profile:hit      # memory-tier hits, wrk 32 connections
+ *   npm run bench -- profile:redis    # Redis-tier hits (a memory tier storing nothing: startRedisHitServer)
+ *   npm run bench -- profile:miss     # distinct cold requests, one at a time
+ *   npm run bench -- profile:bare     # the bare fastify baseline, for comparison
  *
- * Options: PROFILE_SECONDS (default 10), PROFILE_TOP (default 25), PROFILE_ACCEPT_ENCODING (e.g. gzip,
- * for the load's clients), PROFILE_OUT (keep the
- * .cpuprofile there, e.g. to open it in Chrome DevTools). Bounded in time; every child
- * is killed on exit.
+ * Knobs: --duration (seconds of load, 10), --top (25), --accept-encoding (e.g. gzip, for the
+ * load's clients), --profile-out (keep the .cpuprofile there, e.g. to open it in Chrome
+ * DevTools). Bounded in time; every child is killed on exit.
  */
-import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Pool } from 'undici';
 import { fetchPage, type Page } from './measure.js';
-import { installCleanup, pinSelf, stopAll } from './procs.js';
+import type { Check } from './report.js';
 import { uniquePath } from './scenario-miss.js';
-import { LOAD_CPU, ROOT, startBare, startEmulator, startRedis, startRedisHitServer, startTmCache, type Emulator, type Server } from './servers.js';
+import { ROOT, startBare, startRedis, startRedisHitServer, startTmCache, type Emulator, type Server } from './servers.js';
 import { runWrk } from './wrk.js';
 
 interface ProfileNode {
@@ -35,10 +33,33 @@ interface CpuProfile {
   timeDeltas: number[];
 }
 
-const SECONDS = Number(process.env['PROFILE_SECONDS'] ?? 10);
 /** Frames of module loading (node's loaders, tsx): start-up, not the request path. */
 const STARTUP_FRAME = /^node:internal\/modules\/|\/tsx\//;
-const TOP = Number(process.env['PROFILE_TOP'] ?? 25);
+
+export const PROFILE_MODES = ['hit', 'redis', 'miss', 'bare'] as const;
+type ProfileMode = (typeof PROFILE_MODES)[number];
+
+interface ProfileOptions {
+  readonly durationS: number;
+  readonly top: number;
+  readonly acceptEncoding?: string | undefined;
+  /** Keep the .cpuprofile at this path. */
+  readonly out?: string | undefined;
+}
+
+/** Shares are of the busy time (0..1). */
+interface ProfileFigures {
+  readonly mode: ProfileMode;
+  readonly load: string;
+  readonly busyS: number;
+  readonly sampledS: number;
+  readonly startupS: number;
+  readonly gcShare: number;
+  readonly byOrigin: [string, number][];
+  readonly topSelf: [string, number][];
+  readonly topInclusive: [string, number][];
+  readonly checks: Check[];
+}
 
 function frameName(n: ProfileNode): string {
   const f = n.callFrame;
@@ -56,8 +77,10 @@ function origin(n: ProfileNode): string {
   return url;
 }
 
+type Analysis = Omit<ProfileFigures, 'mode' | 'load' | 'checks'>;
+
 /** `skipUs`: samples of the first µs of the profile (start-up, module loading) are left out. */
-function analyse(profile: CpuProfile, skipUs: number): void {
+function analyse(profile: CpuProfile, skipUs: number, topN: number): Analysis {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
@@ -107,15 +130,25 @@ function analyse(profile: CpuProfile, skipUs: number): void {
   console.log('\n-- by origin (self time)');
   for (const [name, us] of top(byOrigin, 15)) console.log(`${pct(us)}  ${name}`);
   console.log('\n-- top frames, self time');
-  for (const [name, us] of top(selfByName, TOP)) console.log(`${pct(us)}  ${name}`);
+  for (const [name, us] of top(selfByName, topN)) console.log(`${pct(us)}  ${name}`);
   console.log('\n-- top frames, inclusive time (tm-cache, fastify, lru-cache, node:)');
   const interesting = new Map([...inclByName].filter(([name]) => /dist\/|fastify|lru-cache|node:|ioredis|undici|pino|prom-client/.test(name)));
-  for (const [name, us] of top(interesting, TOP)) console.log(`${pct(us)}  ${name}`);
+  for (const [name, us] of top(interesting, topN)) console.log(`${pct(us)}  ${name}`);
+  const shares = (xs: [string, number][]): [string, number][] => xs.map(([name, us]) => [name, us / busy]);
+  return {
+    busyS: busy / 1e6,
+    sampledS: total / 1e6,
+    startupS: startup / 1e6,
+    gcShare: gc / busy,
+    byOrigin: shares(top(byOrigin, 15)),
+    topSelf: shares(top(selfByName, topN)),
+    topInclusive: shares(top(interesting, topN)),
+  };
 }
 
-async function missLoad(emulator: Emulator, server: Server, page: Page): Promise<void> {
+async function missLoad(emulator: Emulator, server: Server, page: Page, seconds: number): Promise<string> {
   const pool = new Pool(server.url, { connections: 1 });
-  const deadline = performance.now() + SECONDS * 1_000;
+  const deadline = performance.now() + seconds * 1_000;
   let n = 0;
   try {
     while (performance.now() < deadline) {
@@ -126,61 +159,49 @@ async function missLoad(emulator: Emulator, server: Server, page: Page): Promise
   } finally {
     await pool.close();
   }
-  console.log(`${n} distinct misses in ${SECONDS} s (upstream: ${(await emulator.stats()).total} requests)`);
+  const load = `${n} distinct misses in ${seconds} s (upstream: ${(await emulator.stats()).total} requests)`;
+  console.log(load);
+  return load;
 }
 
-async function main(): Promise<void> {
-  installCleanup();
-  pinSelf(LOAD_CPU);
-  const mode = process.argv[2] ?? 'hit';
-  if (!['hit', 'redis', 'miss', 'bare'].includes(mode)) throw new Error(`mode: hit | redis | miss | bare, got ${mode}`);
-  const dir = mkdtempSync(join(tmpdir(), 'tm-cache-profile-'));
-  const nodeArgs = ['--cpu-prof', '--cpu-prof-dir', dir, '--cpu-prof-interval', '200'];
-  try {
-    const emulator = await startEmulator();
-    const member = emulator.tokens.find((t) => !t.is_admin && t.project_ids.length > 0)!;
-    const path = `/api/v1/projects/${member.project_ids[0]}/runs?expands=users`;
-    const ref = await fetchPage(emulator.url + path, member.token);
-    const page: Page = { path, token: member.token, body: ref.body, contentType: String(ref.headers['content-type']) };
-    let server: Server;
-    const spawnedAt = performance.now();
-    if (mode === 'bare') {
-      server = await startBare(dir, page.body, page.contentType, nodeArgs);
-    } else if (mode === 'redis') {
-      const redis = await startRedis();
-      server = await startRedisHitServer(emulator.url, redis.url, 'tmcp:', false, nodeArgs);
-    } else {
-      server = await startTmCache(emulator.url, { nodeArgs });
-    }
-    await fetchPage(server.url + path, page.token);
-    await new Promise((r) => setTimeout(r, 200)); // let a fire-and-forget Redis write land
-    // The profile starts with the process: what came before the load (start-up) is left out.
-    const skipUs = (performance.now() - spawnedAt) * 1_000;
-    if (mode === 'miss') {
-      await missLoad(emulator, server, page);
-    } else {
-      const coding = process.env['PROFILE_ACCEPT_ENCODING'];
-      const extra: Record<string, string> = coding ? { 'accept-encoding': coding } : {};
-      const wrk = await runWrk({ url: server.url + path, connections: 32, durationS: SECONDS, headers: { authorization: `Bearer ${page.token}`, ...extra } });
-      console.log(`${mode}: ${wrk.rps.toFixed(0)} req/s under the profiler (sampling slows it down)`);
-    }
-    await server.proc.stop(10_000); // SIGTERM: a clean exit writes the profile
-    // In bare mode the page body file is in `dir` too: pick the profile.
-    const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
-    if (!file) throw new Error(`no .cpuprofile written in ${dir}`);
-    if (process.env['PROFILE_OUT']) copyFileSync(join(dir, file), process.env['PROFILE_OUT']);
-    console.log(`(the first ${(skipUs / 1e6).toFixed(1)} s of the profile, start-up until the load began, are left out)`);
-    analyse(JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile, skipUs);
-  } finally {
-    await stopAll();
-    rmSync(dir, { recursive: true, force: true });
+/** Profiles `mode` against `emulator` (medium, seed 42); the profile and its files go under `dir`. */
+export async function runProfile(mode: ProfileMode, emulator: Emulator, dir: string, options: ProfileOptions): Promise<ProfileFigures> {
+  const profiles = join(dir, `profile-${mode}`);
+  mkdirSync(profiles, { recursive: true });
+  const nodeArgs = ['--cpu-prof', '--cpu-prof-dir', profiles, '--cpu-prof-interval', '200'];
+  const member = emulator.tokens.find((t) => !t.is_admin && t.project_ids.length > 0)!;
+  const path = `/api/v1/projects/${member.project_ids[0]}/runs?expands=users`;
+  const ref = await fetchPage(emulator.url + path, member.token);
+  const page: Page = { path, token: member.token, body: ref.body, contentType: String(ref.headers['content-type']) };
+  let server: Server;
+  const spawnedAt = performance.now();
+  if (mode === 'bare') {
+    server = await startBare(profiles, page.body, page.contentType, nodeArgs);
+  } else if (mode === 'redis') {
+    const redis = await startRedis();
+    server = await startRedisHitServer(emulator.url, redis.url, 'tmcp:', false, { nodeArgs });
+  } else {
+    server = await startTmCache(emulator.url, { nodeArgs });
   }
+  await fetchPage(server.url + path, page.token);
+  await new Promise((r) => setTimeout(r, 200)); // let a fire-and-forget Redis write land
+  // The profile starts with the process: what came before the load (start-up) is left out.
+  const skipUs = (performance.now() - spawnedAt) * 1_000;
+  let load: string;
+  if (mode === 'miss') {
+    load = await missLoad(emulator, server, page, options.durationS);
+  } else {
+    const extra: Record<string, string> = options.acceptEncoding ? { 'accept-encoding': options.acceptEncoding } : {};
+    const wrk = await runWrk({ url: server.url + path, connections: 32, durationS: options.durationS, headers: { authorization: `Bearer ${page.token}`, ...extra } });
+    load = `${mode}: ${wrk.rps.toFixed(0)} req/s under the profiler (sampling slows it down)`;
+    console.log(load);
+  }
+  await server.proc.stop(10_000); // SIGTERM: a clean exit writes the profile
+  // In bare mode the page body file is in the folder too: pick the profile.
+  const file = readdirSync(profiles).find((f) => f.endsWith('.cpuprofile'));
+  if (!file) throw new Error(`no .cpuprofile written in ${profiles}`);
+  if (options.out) copyFileSync(join(profiles, file), options.out);
+  console.log(`(the first ${(skipUs / 1e6).toFixed(1)} s of the profile, start-up until the load began, are left out)`);
+  const analysis = analyse(JSON.parse(readFileSync(join(profiles, file), 'utf8')) as CpuProfile, skipUs, options.top);
+  return { mode, load, ...analysis, checks: [{ name: `profile:${mode}: GC share of busy time`, value: analysis.gcShare, target: 'info', pass: undefined }] };
 }
-
-main().then(
-  () => process.exit(0),
-  (err: unknown) => {
-    console.error(err);
-    process.exit(1);
-  },
-);

@@ -4,12 +4,6 @@
  */
 export type Cell = string | number | undefined;
 
-/** A number from the environment (BENCH_* knobs), else `fallback` when unset, empty or not a number. */
-export function envNumber(name: string, fallback: number): number {
-  const raw = process.env[name];
-  return raw !== undefined && raw !== '' && Number.isFinite(Number(raw)) ? Number(raw) : fallback;
-}
-
 export function fmt(value: number | undefined, digits = 2): string {
   if (value === undefined || Number.isNaN(value)) return '—';
   return value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
@@ -53,16 +47,23 @@ export function maxCheck(name: string, value: number | undefined, max: number): 
   return { name, value, target: `≤ ${max}`, pass: value === undefined ? undefined : value <= max };
 }
 
+/** A check's figure as the summary prints it (and the README's generated table shows it). */
+export function formatValue(c: Check): string {
+  // From JSON a missing figure is absent (undefined) or null (NaN).
+  if (typeof c.value !== 'number') return 'skipped';
+  return `${Number.isInteger(c.value) ? String(c.value) : fmt(c.value, c.unit === 'µs' ? 0 : c.unit ? 3 : 2)}${c.unit ? ` ${c.unit}` : ''}`;
+}
+
+export function verdict(c: Check): 'PASS' | 'FAIL' | 'info' | 'SKIP' {
+  if (typeof c.pass !== 'boolean') return typeof c.value !== 'number' ? 'SKIP' : 'info';
+  return c.pass ? 'PASS' : 'FAIL';
+}
+
 export function printSummary(checks: readonly Check[]): void {
   printTable(
     'Summary (ratios and counts measured in this run; targets from issues #3, #4 and #10)',
     ['figure', 'value', 'target', 'verdict'],
-    checks.map((c) => [
-      c.name,
-      c.value === undefined ? 'skipped' : `${Number.isInteger(c.value) ? String(c.value) : fmt(c.value, c.unit === 'µs' ? 0 : c.unit ? 3 : 2)}${c.unit ? ` ${c.unit}` : ''}`,
-      c.target,
-      c.pass === undefined ? (c.value === undefined ? 'SKIP' : 'info') : c.pass ? 'PASS' : 'FAIL',
-    ]),
+    checks.map((c) => [c.name, formatValue(c), c.target, verdict(c)]),
   );
 }
 

@@ -163,7 +163,7 @@ export async function runCiBurstScenario(emulator: Emulator, options: BurstOptio
     ]),
     [
       `Target: one upstream request per distinct (user, question) = ${options.users} × ${questions.length} = ${target}. Keys are per user (src/cache/key.ts: scope u:<id>),`,
-      '  so the 20 users share no entry although they share the project: 200 is the floor for any cache that keeps callers apart.',
+      `  so the ${options.users} users share no entry although they share the project: ${target} is the floor for any cache that keeps callers apart.`,
       `Without Redis each replica fills on its own: up to ${options.replicas} × ${target} = ${options.replicas * target} (measured ${alone.upstreamQuestions}, ${fmt(alone.upstreamQuestions / Math.max(1, shared.upstreamQuestions))}× the shared-Redis figure).`,
       ...runs.filter((r) => r.ok !== r.requests).map((r) => `${r.mode}: answers ${JSON.stringify(r.statuses)}`),
       '"Redis errors": tm_cache_redis_errors_total summed over the replicas (errors, commands past cache.redis.commandTimeoutMs,',

@@ -1,25 +1,25 @@
 /**
- * Scenario 5: the emulator's own cost, so the other figures can be read against it. If someone's
- * `test/bench/emulator.ts` micro-bench exists it is run too (bounded in time) and its output kept.
- * Always measured here: the emulator's CPU per 100-item page with users expanded at medium scale
- * (wrk, one connection, a unique `created_before` per request so nothing can be reused).
+ * Scenario 5: the emulator's own cost, so the other figures can be read against it: the
+ * micro-bench of `emulator.ts` (generation time of each scale, a page's CPU in fastify and in the
+ * handler, in this process), then the emulator's CPU per 100-item page with users expanded at
+ * medium scale over HTTP (wrk, one connection, a unique `created_before` per request so nothing
+ * can be reused).
  */
-import { existsSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { runEmulatorMicro, type EmulatorMicro } from './emulator.js';
 import type { Page } from './measure.js';
-import { groupCpuSeconds, runCommand } from './procs.js';
+import { groupCpuSeconds } from './procs.js';
 import { fmt, printTable, ratioCheck, type Check } from './report.js';
-import { LOAD_CPU, ROOT, type Emulator } from './servers.js';
+import { LOAD_CPU, type Emulator } from './servers.js';
 import { runWrk } from './wrk.js';
-
-const OTHERS_BENCH = join(ROOT, 'test/bench/emulator.ts');
 
 export interface EmulatorScenario {
   readonly rps: number;
   readonly cpuMsPerPage: number;
   readonly p50Ms: number;
   readonly requests: number;
-  readonly othersBench?: { readonly exitCode: number | null; readonly timedOut: boolean; readonly output: string };
+  readonly micro: Omit<EmulatorMicro, 'checks'>;
   readonly checks: Check[];
 }
 
@@ -37,13 +37,10 @@ end
 `;
 }
 
-export async function runEmulatorScenario(dir: string, emulator: Emulator, page: Page, durationS: number): Promise<EmulatorScenario> {
-  let othersBench: EmulatorScenario['othersBench'];
-  if (existsSync(OTHERS_BENCH)) {
-    const r = await runCommand('emulator bench', join(ROOT, 'node_modules/.bin/tsx'), [OTHERS_BENCH], { cwd: ROOT, cpu: LOAD_CPU, timeoutMs: 60_000 });
-    othersBench = { exitCode: r.code, timedOut: r.timedOut, output: (r.stdout + r.stderr).trim() };
-    console.log(`\n== 5a. test/bench/emulator.ts (exit ${r.code}${r.timedOut ? ', killed after 60 s' : ''})\n${othersBench.output}`);
-  }
+/** `samples`: timed requests of each kind in the micro-bench. */
+export async function runEmulatorScenario(dir: string, emulator: Emulator, page: Page, durationS: number, samples: number): Promise<EmulatorScenario> {
+  console.log('\n== 5a. Emulator micro-bench (emulator.ts, in this process)');
+  const { checks: microChecks, ...micro } = await runEmulatorMicro(samples);
   const script = join(dir, 'unique-created-before.lua');
   if (!page.path.includes('?')) throw new Error('the page path is expected to carry a query');
   writeFileSync(script, uniqueTimestampScript(page.path));
@@ -68,7 +65,7 @@ export async function runEmulatorScenario(dir: string, emulator: Emulator, page:
     cpuMsPerPage,
     p50Ms: wrk.latencyMs.p50,
     requests: wrk.requests,
-    ...(othersBench ? { othersBench } : {}),
-    checks: [{ ...ratioCheck('emulator: CPU per 100-run page', cpuMsPerPage, undefined), unit: 'ms' }],
+    micro,
+    checks: [{ ...ratioCheck('emulator: CPU per 100-run page', cpuMsPerPage, undefined), unit: 'ms' }, ...microChecks],
   };
 }

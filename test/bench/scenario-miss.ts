@@ -121,7 +121,7 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
           ? `tm-cache ÷ nginx proxy_pass: median latency ${fmt(vsNginx.median)}× (target ≤ 1.15), p90 ${fmt(vsNginx.p90)}×, CPU per miss ${fmt(vsNginx.cpu)}× (target ≤ 2).`
           : 'nginx not found: no proxy_pass baseline (install: apt-get install nginx-light).',
         'CPU per miss: every thread of the server\'s process group (schedstat, ns), over the measured questions only.',
-        'Where tm-cache\'s miss CPU goes: npx tsx test/bench/profile.ts miss (top self-time frames, GC share).',
+        'Where tm-cache\'s miss CPU goes: npm run bench -- profile:miss (top self-time frames, GC share).',
       ],
     );
     return {

@@ -49,7 +49,7 @@ async function storedSizes(redis: Redis, prefix: string, encrypted: boolean, raw
 }
 
 /** Fills the page, then waits (the Redis write is fire-and-forget) until a hit says `detail=<tier>`. */
-async function assertHitFrom(server: Server, page: Page, tier: string): Promise<string> {
+export async function assertHitFrom(server: Server, page: Page, tier: string): Promise<string> {
   await fetchPage(server.url + page.path, page.token);
   let last = '';
   for (let i = 0; i < 40; i++) {

@@ -77,6 +77,8 @@ export function writeConfig(dir: string, name: string, config: Record<string, un
   return file;
 }
 
+const BENCH_HMAC_SECRET = randomBytes(32).toString('hex');
+
 export interface TmCacheOptions {
   readonly name?: string;
   readonly redisUrl?: string;
@@ -85,17 +87,28 @@ export interface TmCacheOptions {
   readonly nodeArgs?: readonly string[];
   /** Another build's `dist/cli.js` (ab.ts); default this checkout's. */
   readonly cli?: string;
+  /** tm-cache's --log-level; default the bench's (setLogLevel). */
+  readonly logLevel?: string;
+}
+
+let defaultLogLevel = 'warn';
+
+/** The log level of every tm-cache the bench starts (`--log-level`); warn unless set. */
+export function setLogLevel(level: string): void {
+  defaultLogLevel = level;
 }
 
 /**
  * `node dist/cli.js serve`, ready when its management port says so. Log level warn (no access
- * log), or `BENCH_TM_LOG_LEVEL` (e.g. info: the default, one access line per request).
+ * log), or the bench's `--log-level` (e.g. info: the default, one access line per request).
  */
 export async function startTmCache(upstream: string, options: TmCacheOptions = {}): Promise<Server> {
   const [port, management] = [await freePort(), await freePort()];
-  const args = [...(options.nodeArgs ?? []), options.cli ?? CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', process.env['BENCH_TM_LOG_LEVEL'] || 'warn'];
+  const args = [...(options.nodeArgs ?? []), options.cli ?? CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', options.logLevel ?? defaultLogLevel];
   if (options.redisUrl) args.push('--redis', options.redisUrl);
-  const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...options.env } });
+  // A shared Redis needs a secret Redis does not hold; the replicas of one bench share this one.
+  const secret = options.redisUrl ? { TM_CACHE_HMAC_SECRET: BENCH_HMAC_SECRET } : {};
+  const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...secret, ...options.env } });
   const managementUrl = `http://127.0.0.1:${management}`;
   await waitForHttp(`${managementUrl}/readyz`, proc);
   return { name: options.name ?? 'tm-cache', url: `http://127.0.0.1:${port}`, proc, managementUrl };
@@ -137,13 +150,13 @@ export async function startBare(dir: string, body: Buffer, contentType: string, 
  * any entry's overhead), so that every request after the first is a Redis-tier hit. The Redis
  * tier has its own `cache.redis.maxEntryBytes`, so it still stores the page.
  */
-export async function startRedisHitServer(upstream: string, redisUrl: string, prefix: string, encrypted: boolean, nodeArgs: readonly string[] = []): Promise<Server> {
+export async function startRedisHitServer(upstream: string, redisUrl: string, prefix: string, encrypted: boolean, options: Pick<TmCacheOptions, 'name' | 'cli' | 'nodeArgs'> = {}): Promise<Server> {
   const dir = mkdtempSync(join(tmpdir(), 'tm-cache-bench-'));
   const config = join(dir, 'redis-hit.yaml');
   writeFileSync(config, `cache:\n  memory:\n    maxEntryBytes: 1\n  redis:\n    keyPrefix: ${JSON.stringify(prefix)}\n`);
   const keys: Record<string, string> = encrypted ? { TM_CACHE_REDIS_ENCRYPTION_KEYS: `bench:${randomBytes(32).toString('hex')}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'bench' } : {};
-  const name = encrypted ? 'tm-cache redis-hit (encrypted)' : 'tm-cache redis-hit';
-  return startTmCache(upstream, { name, redisUrl, env: { TM_CACHE_CONFIG: config, ...keys }, nodeArgs });
+  const name = options.name ?? (encrypted ? 'tm-cache redis-hit (encrypted)' : 'tm-cache redis-hit');
+  return startTmCache(upstream, { ...options, name, redisUrl, env: { TM_CACHE_CONFIG: config, ...keys } });
 }
 
 export interface Redis {

@@ -4,7 +4,7 @@ import { storedKeyId } from '../../src/cache/codec.js';
 import type { Keyring } from '../../src/cache/keyring.js';
 import type { RedisTier } from '../../src/cache/redis-tier.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
-import { makeRedisRoles, makeRedisTier, uniquePrefix, useRedisServer } from './redis-fixtures.js';
+import { makeRedisRoles, makeRedisTier, useRedisServer } from './redis-fixtures.js';
 import { makeClock, tierContract } from './tier-contract.js';
 
 const redis = useRedisServer();
@@ -109,7 +109,7 @@ describe('RedisTier storage', () => {
   });
 });
 
-describe('RedisSharedStore and RedisSecrets', () => {
+describe('RedisSharedStore', () => {
   it('round-trips JSON values, null included, and expires them', async () => {
     const { sharedStore, connection } = await makeRedisRoles(redis.url, { keyring: ring1 });
     await sharedStore.setJson('identity', 'h1', { userId: 7 }, 60_000);
@@ -118,17 +118,5 @@ describe('RedisSharedStore and RedisSecrets', () => {
     expect(await sharedStore.getJson('identity', 'h2')).toBeNull();
     expect(await sharedStore.getJson('identity', 'h3')).toBeUndefined();
     expect(await redis.raw.pttl(connection.jsonKey('identity', 'h1'))).toBeLessThanOrEqual(60_000);
-  });
-
-  it('gives every replica the same 32-byte secret, sealed at rest', async () => {
-    const prefix = uniquePrefix();
-    const replicas = await Promise.all([1, 2, 3].map(() => makeRedisRoles(redis.url, { keyPrefix: prefix, keyring: ring1 })));
-    const secrets = await Promise.all(replicas.map((r) => r.secrets.getOrCreateSecret('hmac')));
-    expect(secrets[0]).toHaveLength(32);
-    expect(secrets.every((s) => s!.equals(secrets[0]!))).toBe(true);
-    expect((await redis.raw.getBuffer(`${prefix}secret:hmac`))!.includes(secrets[0]!)).toBe(false);
-    const stranger = await makeRedisRoles(redis.url, { keyPrefix: prefix });
-    expect(await stranger.secrets.getOrCreateSecret('hmac')).toBeUndefined(); // cannot open it: no overwrite
-    await Promise.all([...replicas, stranger].map((r) => r.close()));
   });
 });

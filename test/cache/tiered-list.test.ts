@@ -65,8 +65,9 @@ class ScriptedBus implements InvalidationBus {
   readonly published: InvalidationMessage[] = [];
   readonly #listeners = new Set<InvalidationListener>();
 
-  async publish(message: InvalidationMessage): Promise<void> {
+  async publish(message: InvalidationMessage): Promise<boolean> {
     this.published.push(message);
+    return true;
   }
 
   onInvalidate(listener: InvalidationListener): () => void {

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -7,10 +8,11 @@ import { parse as parseYaml } from 'yaml';
 import {
   assertUpstream,
   CONFIG_OVERRIDES,
-  ConfigError,
   loadConfig,
+  loadConfigAsync,
   normalizeUpstreamUrl,
 } from '../../src/config/load.js';
+import { ConfigError } from '../../src/config/errors.js';
 import { DEFAULT_CONFIG, RESOURCE_NAMES, type Config } from '../../src/config/schema.js';
 import { keysWithoutComment } from '../helpers/yaml-comments.js';
 
@@ -35,6 +37,9 @@ interface Sources {
   readonly env?: Record<string, string>;
   readonly argv?: readonly string[];
 }
+/** The secret a shared Redis needs (relations.ts): sources that configure Redis add it. */
+const WITH_SECRET = { TM_CACHE_HMAC_SECRET: 'ab'.repeat(32) };
+
 function load({ file, env = {}, argv = [] }: Sources = {}): Config {
   const configArgs = file === undefined ? [] : ['--config', writeConfig(file)];
   return loadConfig({ argv: [...configArgs, ...argv], env });
@@ -166,6 +171,28 @@ describe('the --config file', () => {
     for (const fragment of fragments) expect(error.message).toContain(fragment);
   });
 
+  it('refuses a YAML warning (an unresolved tag) as an error, at start as on a reload, without its value', async () => {
+    const secret = 'abc0123456789sixteen-more-chars';
+    const path = writeConfig(`admin:\n  token: !${secret}\n`);
+    const errors = [configError(() => loadConfig({ argv: ['--config', path], env: {} }))];
+    errors.push(await loadConfigAsync({ argv: ['--config', path], env: {} }).then(() => undefined as never, (e: unknown) => e as ConfigError));
+    for (const error of errors) {
+      expect(error).toBeInstanceOf(ConfigError);
+      expect(error.message).toContain('YAML warning at line 2 (TAG_RESOLVE_FAILED)');
+      expect(error.message).not.toContain(secret);
+    }
+  });
+
+  it('refuses a path that is not a regular file (a FIFO, a directory), naming it, without waiting on it', async () => {
+    const fifo = join(TMP, 'config.fifo');
+    execFileSync('mkfifo', [fifo]);
+    for (const path of [fifo, TMP]) {
+      const errors = [configError(() => loadConfig({ argv: ['--config', path], env: {} }))];
+      errors.push(await loadConfigAsync({ argv: ['--config', path], env: {} }).then(() => undefined as never, (e: unknown) => e as ConfigError));
+      for (const error of errors) expect(error.message).toContain(`${JSON.stringify(path)} is not a regular file`);
+    }
+  });
+
   it('does not quote the offending line of invalid YAML, which may hold a secret', () => {
     const error = configError(() => load({ file: `identity:\n  hmacSecret: "${HMAC}\n  x: [\n` }));
     expect(error.message).not.toContain(HMAC);
@@ -239,12 +266,12 @@ describe('environment variables and flags', () => {
   ];
 
   it.each(cases.filter((c) => c.env !== undefined))('$env sets $setting', ({ setting, env, raw, value }) => {
-    expect(get(load({ env: { [env!]: raw } }), setting)).toEqual(value);
+    expect(get(load({ env: { ...WITH_SECRET, [env!]: raw } }), setting)).toEqual(value);
   });
 
   it.each(cases.filter((c) => c.flag !== undefined))('$flag sets $setting, as two words or with =', ({ setting, flag, raw, value }) => {
-    expect(get(load({ argv: [flag!, raw] }), setting)).toEqual(value);
-    expect(get(load({ argv: [`${flag}=${raw}`] }), setting)).toEqual(value);
+    expect(get(load({ argv: [flag!, raw], env: WITH_SECRET }), setting)).toEqual(value);
+    expect(get(load({ argv: [`${flag}=${raw}`], env: WITH_SECRET }), setting)).toEqual(value);
   });
 
   it('the table above covers every override', () => {
@@ -326,7 +353,7 @@ describe('invalid settings', () => {
   const cases: readonly [string, Sources, string, string][] = [
     ['upstream.url', { argv: ['--upstream', 'ftp://tm.example.com'] }, '"ftp://tm.example.com"', 'http:// or https://'],
     ['upstream.url', { argv: ['--upstream', 'tm.example.com'] }, '"tm.example.com"', 'absolute'],
-    ['upstream.url', { argv: ['--upstream', 'https://tm.example.com/?x=1'] }, '"https://tm.example.com/?x=1"', 'without credentials, query or fragment'],
+    ['upstream.url', { argv: ['--upstream', 'https://tm.example.com/?x=1'] }, '"https://tm.example.com/?<redacted>"', 'without credentials, query or fragment'],
     ['upstream.connectTimeoutMs', { file: 'upstream:\n  connectTimeoutMs: 0\n' }, '0', 'from 1 to 2147483647 (milliseconds)'],
     ['upstream.headersTimeoutMs', { file: 'upstream:\n  headersTimeoutMs: -5\n' }, '-5', 'from 1 to 2147483647'],
     ['upstream.bodyTimeoutMs', { file: 'upstream:\n  bodyTimeoutMs: 2.5\n' }, '2.5', 'durations are whole milliseconds'],
@@ -346,6 +373,13 @@ describe('invalid settings', () => {
     ['upstream.maxRetryAfterMs', { file: 'upstream:\n  maxRetryAfterMs: 0\n' }, '0', 'from 1 to'],
     ['upstream.forwardPrefixes', { file: 'upstream:\n  forwardPrefixes: [api/]\n' }, '["api/"]', 'each starting with /'],
     ['upstream.forwardPrefixes', { file: 'upstream:\n  forwardPrefixes: /api/\n' }, '"/api/"', 'a list of path prefixes'],
+    ['upstream.budget.requestsPerSecond', { file: 'upstream:\n  budget:\n    requestsPerSecond: -1\n' }, '-1', '0: no fixed budget, learned from the instance'],
+    ['upstream.budget.requestsPerSecond', { file: 'upstream:\n  budget:\n    requestsPerSecond: fast\n' }, '"fast"', 'a number of requests per second from 0 to 100000'],
+    ['upstream.budget.burst', { file: 'upstream:\n  budget:\n    requestsPerSecond: 40\n    burst: 2.5\n' }, '2.5', 'an integer from 0 to 1000000 (requests; 0: one second\'s worth of the rate)'],
+    ['upstream.budget.burst', { file: 'upstream:\n  budget:\n    burst: 50\n' }, '50', '0 when upstream.budget.requestsPerSecond is 0'],
+    ['upstream.budget.fallbackShare', { file: 'upstream:\n  budget:\n    fallbackShare: 0\n' }, '0', 'a fraction above 0 and at most 1'],
+    ['upstream.budget.fallbackShare', { file: 'upstream:\n  budget:\n    fallbackShare: 1.5\n' }, '1.5', 'a fraction above 0 and at most 1'],
+    ['upstream.budget.maxWaitMs', { file: 'upstream:\n  budget:\n    maxWaitMs: -1\n' }, '-1', 'from 0 to'],
     ['identity.ttlMs', { env: { TM_CACHE_IDENTITY_TTL_MS: '0' } }, '0', 'from 1 to'],
     ['identity.ttlMs', { env: { TM_CACHE_IDENTITY_TTL_MS: '60s' } }, '"60s"', 'milliseconds'],
     ['identity.maxEntries', { file: 'identity:\n  maxEntries: 0\n' }, '0', 'an integer ≥ 1'],
@@ -413,6 +447,7 @@ describe('invalid settings', () => {
         '  redis: { mode: cluster, nodes: ["redis-0:6379", "[::1]:7000"], lockWaitMs: 0 }',
       ].join('\n'),
       argv: ['--upstream', 'http://localhost:3000', '--redis', 'redis://localhost'],
+      env: WITH_SECRET,
     });
     expect(config.server.port).toBe(0);
     expect(config.cache.redis.nodes).toEqual(['redis-0:6379', '[::1]:7000']);
@@ -435,7 +470,7 @@ describe('redis modes', () => {
     ['sentinel without sentinels, with a URL', 'mode: sentinel', REDIS, 'cache.redis.sentinels', '[]', 'at least one host:port when cache.redis.mode is sentinel'],
     ['sentinel without a master name', 'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelName: ""', [], 'cache.redis.sentinelName', '""', 'the name of the master'],
   ] as const)('%s is refused at load, naming the setting', (_, redis, argv, setting, received, allowed) => {
-    const error = configError(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, argv }));
+    const error = configError(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, argv, env: WITH_SECRET }));
     expect(error.problems).toHaveLength(1);
     const [problem] = error.problems;
     expect(problem!.split(/[ :]/)[0]).toBe(setting);
@@ -445,7 +480,7 @@ describe('redis modes', () => {
   });
 
   it('reports a missing list and a missing master name together', () => {
-    const error = configError(() => load({ file: 'cache:\n  redis:\n    mode: sentinel\n    sentinelName: ""\n' }));
+    const error = configError(() => load({ file: 'cache:\n  redis:\n    mode: sentinel\n    sentinelName: ""\n', env: WITH_SECRET }));
     expect(error.problems.map((p) => p.split(/[ :]/)[0])).toEqual(['cache.redis.sentinels', 'cache.redis.sentinelName']);
   });
 
@@ -455,7 +490,7 @@ describe('redis modes', () => {
     ['credentials in the URL in cluster mode', ['mode: cluster', 'nodes: ["n:7000"]'], { TM_CACHE_REDIS: 'redis://:url-pw@r:6379' }, 'a URL without credentials when cache.redis.mode is cluster (the URL is not used there): set cache.redis.username and cache.redis.password'],
     ['rediss:// in sentinel mode', ['mode: sentinel', 'sentinels: ["s:26379"]'], { TM_CACHE_REDIS: 'rediss://r:6379' }, 'a redis:// URL or none when cache.redis.mode is sentinel (the URL is not used there): set cache.redis.tls to true'],
   ] as const)('%s is refused, naming the URL without showing its secret', (_, lines, env, allowed) => {
-    const error = configError(() => load({ file: `cache:\n  redis:\n${lines.map((l) => `    ${l}\n`).join('')}`, env }));
+    const error = configError(() => load({ file: `cache:\n  redis:\n${lines.map((l) => `    ${l}\n`).join('')}`, env: { ...WITH_SECRET, ...env } }));
     expect(error.problems).toHaveLength(1);
     expect(error.problems[0]).toMatch(/^cache\.redis\.url \(from TM_CACHE_REDIS\): received /);
     expect(error.problems[0]).toContain(allowed);
@@ -467,7 +502,7 @@ describe('redis modes', () => {
     ['cluster with credentials and TLS by setting, and a bare URL', 'mode: cluster\n    nodes: ["n:7000"]\n    tls: true', { TM_CACHE_REDIS: 'redis://r:6379', TM_CACHE_REDIS_PASSWORD: 'pw' }],
     ['sentinel with both passwords', 'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelUsername: sentinel-user', { TM_CACHE_REDIS_PASSWORD: 'pw', TM_CACHE_REDIS_SENTINEL_PASSWORD: 'spw' }],
   ])('%s is accepted', (_, redis, env) => {
-    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, env })).not.toThrow();
+    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, env: { ...WITH_SECRET, ...env } })).not.toThrow();
   });
 
   it.each([
@@ -475,7 +510,7 @@ describe('redis modes', () => {
     ['cluster with seed nodes and no URL', 'mode: cluster\n    nodes: ["redis-0:6379"]'],
     ['sentinel with sentinels and no URL', 'mode: sentinel\n    sentinels: ["s:26379"]'],
   ])('%s is accepted', (_, redis) => {
-    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n` })).not.toThrow();
+    expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, env: WITH_SECRET })).not.toThrow();
   });
 });
 

@@ -33,7 +33,9 @@ describe('redactUrl', () => {
   it.each([
     ['redis://:s3cret@redis:6379/0', `redis://${REDACTED}@redis:6379/0`],
     ['rediss://user:s3cret@redis', `rediss://${REDACTED}@redis`],
-    ['https://bob@tm.example.com/path?x=1', `https://${REDACTED}@tm.example.com/path?x=1`],
+    ['https://bob@tm.example.com/path?x=1', `https://${REDACTED}@tm.example.com/path?${REDACTED}`],
+    ['redis://h:1/0?password=s3cret', `redis://h:1/0?${REDACTED}`],
+    ['redis://h:1/0#s3cret', `redis://h:1/0#${REDACTED}`],
     ['redis://:p@ss@host', `redis://${REDACTED}@host`], // not parseable as a URL, still hidden
     ['redis://redis:6379', 'redis://redis:6379'],
     ['https://tm.example.com/a@b', 'https://tm.example.com/a@b'], // an @ in the path is no user-info

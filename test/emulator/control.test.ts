@@ -52,7 +52,7 @@ describe('stats', () => {
     expect(s.by_route).toEqual({ 'GET /api/v1/projects/{project_id}/runs': 2, 'GET /api/v1/user': 2, 'POST /api/v1/projects/{project_id}/runs': 1 });
     expect(s.by_token).toEqual({ [admin]: 3, [member]: 1, '(none)': 1 });
     await em.resetStats();
-    expect(await em.stats()).toEqual({ total: 0, by_route: {}, by_token: {} });
+    expect(await em.stats()).toEqual({ total: 0, peak_per_s: 0, rate_limited: 0, lockouts: 0, by_route: {}, by_token: {} });
   });
 });
 
@@ -126,7 +126,8 @@ describe('faults', () => {
     [{ error_status: 600 }, 'error_status', 'The error_status must be <= 599.'],
     [{ down: 1 }, 'down', 'The down must be boolean.'],
     [{ latncy_ms: 5 }, 'latncy_ms', 'Unknown field latncy_ms.'],
-    [{ rate_limit: { retry_after_s: 1 } }, 'after_n', 'The after_n is required.'],
+    [{ rate_limit: { after_n: 1 } }, 'retry_after_s', 'The retry_after_s is required.'],
+    [{ rate_limit: { after_n: 1, retry_after_s: 1, burst: 0 } }, 'burst', 'The burst must be >= 1.'],
     ['down', 'body', 'The body must be object.'],
   ])('answers %j with the field and the rule it broke, and keeps the faults it had', async (body, field, rule) => {
     await em.faults({ latency_ms: 1 });

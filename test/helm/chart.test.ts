@@ -1,6 +1,7 @@
 /**
  * Static checks of the Helm chart (render.test.ts renders it). No helm binary is available here:
- * Chart.yaml and values.yaml parse, every `.Values.x.y` a template reads exists in values.yaml,
+ * Chart.yaml and values.yaml parse, every `.Values.x.y` a template reads exists in values.yaml
+ * and in values.schema.json,
  * every template's actions and blocks are balanced, and every `include` names a `define`.
  */
 import { readdirSync, readFileSync } from 'node:fs';
@@ -20,6 +21,7 @@ const read = (path: string) => readFileSync(path, 'utf8');
 const chart = parseYaml(read(join(CHART, 'Chart.yaml'))) as Record<string, unknown>;
 const valuesText = read(join(CHART, 'values.yaml'));
 const values = parseYaml(valuesText) as Record<string, unknown>;
+const schema = JSON.parse(read(join(CHART, 'values.schema.json'))) as SchemaNode;
 const templates = readdirSync(TEMPLATES)
   .filter((name) => /\.(yaml|tpl|txt)$/.test(name))
   .sort()
@@ -89,6 +91,19 @@ function valuesReferences(text: string): string[] {
   return [...text.matchAll(/\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)/g)].map((m) => m[1]!.slice(1));
 }
 
+interface SchemaNode { properties?: Record<string, SchemaNode>; $ref?: string; definitions?: Record<string, SchemaNode> }
+
+/** Whether values.schema.json declares a dotted path by name (following $ref to its definitions). */
+function schemaHasPath(path: string): boolean {
+  let node: SchemaNode | undefined = schema;
+  for (const key of path.split('.')) {
+    while (node?.$ref !== undefined) node = schema.definitions?.[node.$ref.replace('#/definitions/', '')];
+    node = node?.properties?.[key];
+    if (node === undefined) return false;
+  }
+  return true;
+}
+
 function hasPath(tree: unknown, path: string): boolean {
   let node = tree;
   for (const key of path.split('.')) {
@@ -126,8 +141,9 @@ describe('templates', () => {
   it('include the expected resources', () => {
     expect(templates.map((t) => t.name)).toEqual(
       expect.arrayContaining([
-        'NOTES.txt', '_helpers.tpl', 'configmap.yaml', 'dashboard.yaml', 'deployment.yaml', 'hpa.yaml', 'pdb.yaml', 'prometheusrule.yaml',
-        'secret.yaml', 'service.yaml', 'serviceaccount.yaml', 'servicemonitor.yaml',
+        'NOTES.txt', '_helpers.tpl', 'configmap.yaml', 'dashboard.yaml', 'deployment.yaml', 'hpa.yaml', 'management-service.yaml',
+        'networkpolicy.yaml', 'pdb.yaml', 'podmonitor.yaml', 'prometheusrule.yaml', 'secret.yaml', 'service.yaml', 'serviceaccount.yaml',
+        'servicemonitor.yaml',
       ]),
     );
   });
@@ -139,6 +155,10 @@ describe('templates', () => {
   it.each(templates)('$name reads only values that values.yaml defines', ({ text }) => {
     const missing = valuesReferences(text).filter((path) => !hasPath(values, path));
     expect(missing).toEqual([]);
+  });
+
+  it.each(templates)('$name reads only values that values.schema.json declares', ({ text }) => {
+    expect(valuesReferences(text).filter((path) => !schemaHasPath(path))).toEqual([]);
   });
 
   it('include only templates that _helpers.tpl defines', () => {
@@ -186,5 +206,8 @@ describe('the checks themselves', () => {
     expect(valuesReferences('{{ .Values.image.tagg }} {{ $.Values.service.port }}')).toEqual(['image.tagg', 'service.port']);
     expect(hasPath(values, 'image.tagg')).toBe(false);
     expect(hasPath(values, 'service.port')).toBe(true);
+    expect(schemaHasPath('image.tagg')).toBe(false);
+    expect(schemaHasPath('service.port')).toBe(true);
+    expect(schemaHasPath('podSecurityContext.seccompProfile.type')).toBe(true);
   });
 });

@@ -10,13 +10,15 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError, loadConfig } from '../../src/config/load.js';
+import { ConfigError } from '../../src/config/errors.js';
+import { loadConfig } from '../../src/config/load.js';
 import { DEFAULT_CONFIG, type Config } from '../../src/config/schema.js';
 import { renderChart, renderText, type Rendered } from './render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CHART = join(ROOT, 'helm/tm-cache');
-const UPSTREAM = { upstream: { url: 'https://tm.example.com' } };
+/** What the chart cannot do without: the instance's URL and the image (there is no public one). */
+const UPSTREAM = { upstream: { url: 'https://tm.example.com' }, image: { repository: 'registry.example.com/tm-cache' } };
 const example = (name: string) => parseYaml(readFileSync(join(CHART, 'ci', name), 'utf8')) as Record<string, unknown>;
 const EXAMPLES = ['all-features-values.yaml', 'cluster-values.yaml', 'sentinel-values.yaml', 'sidecar-values.yaml'];
 
@@ -36,6 +38,8 @@ function containerOf(r: Rendered): Container {
 }
 
 /** The environment of the container, with secret references resolved from the chart's Secret (as the kubelet would). */
+const EXISTING_SECRET: Record<string, string> = { 'hmac-secret': 'cd'.repeat(32) };
+
 function envOf(r: Rendered, container: Container): Record<string, string> {
   const secret = r.objects.find((o) => o['kind'] === 'Secret');
   const data = (secret?.['data'] ?? {}) as Record<string, string>;
@@ -46,6 +50,8 @@ function envOf(r: Rendered, container: Container): Record<string, string> {
     if (ref !== undefined && secret?.['metadata']['name'] === ref.name && data[ref.key] !== undefined) {
       env[e.name] = Buffer.from(data[ref.key]!, 'base64').toString('utf8');
     }
+    // An existing Secret (not rendered) holds at least the secret a shared Redis needs.
+    if (ref !== undefined && secret === undefined && EXISTING_SECRET[ref.key] !== undefined) env[e.name] = EXISTING_SECRET[ref.key]!;
   }
   return env;
 }
@@ -80,12 +86,25 @@ describe('the renderer', () => {
     expect(renderText(text, { m: { b: 2, a: 1 }, none: '', s: 'y' })).toBe('ab {{x}}a=1;b=2; 2 two "[y]"');
   });
 
+  it('has the Sprig functions the chart\'s sizing and monitors use: dig, get, list, sub, lt, toString, regexMatch, regexReplaceAll', () => {
+    const values = { r: { limits: { memory: '512Mi' } }, n: 9090 };
+    expect(renderText('{{ dig "limits" "memory" "none" .Values.r }} {{ dig "requests" "cpu" "none" .Values.r }}', values)).toBe('512Mi none');
+    expect(renderText('{{ get (dict "Mi" 1048576) "Mi" }} {{ get (dict "Mi" 1) "Gi" | quote }} {{ list 1 "a" }}', values)).toBe('1048576 "" [1 a]');
+    expect(renderText('{{ sub 10 3 }} {{ lt 2 3 }} {{ lt (int .Values.n) 80 }} {{ toString .Values.n }}', values)).toBe('7 true false 9090');
+    expect(renderText('{{ regexMatch "^[0-9]+(Mi|Gi)?$" "512Mi" }} {{ regexMatch "^[0-9]+(Mi|Gi)?$" "0.5Gi" }} {{ regexReplaceAll "[^0-9]" "512Mi" "" }}', values)).toBe('true false 512');
+  });
+
   it('throws on an unclosed block', () => {
     expect(() => renderText('{{ if .Values.a }}x', { a: 1 })).toThrow(/without end/);
   });
 });
 
-const RENDERINGS: [string, readonly object[]][] = [['values.yaml defaults', [UPSTREAM]], ...EXAMPLES.map((name): [string, object[]] => [`ci/${name}`, [example(name)]])];
+const LOOPBACK_SIDECAR = [example('sidecar-values.yaml'), { sidecar: { managementHost: '127.0.0.1' }, metrics: { podMonitor: { enabled: false } } }];
+const RENDERINGS: [string, readonly object[]][] = [
+  ['values.yaml defaults', [UPSTREAM]],
+  ...EXAMPLES.map((name): [string, object[]] => [`ci/${name}`, [example(name)]]),
+  ['ci/sidecar-values.yaml with the management port on loopback', LOOPBACK_SIDECAR],
+];
 
 describe.each(RENDERINGS)('the chart rendered with %s', (_, overrides) => {
   const r = renderChart(CHART, overrides);
@@ -104,7 +123,7 @@ describe.each(RENDERINGS)('the chart rendered with %s', (_, overrides) => {
     const values = r.values as any;
     expect(config.server.port).toBe(values.containerPorts.proxy);
     expect(config.server.managementPort).toBe(values.containerPorts.management);
-    expect(config.server.managementHost).toBe('0.0.0.0');
+    expect(config.server.managementHost).toBe(values.mode === 'sidecar' ? values.sidecar.managementHost : '0.0.0.0');
     expect(config.server.host).toBe(values.mode === 'sidecar' ? '127.0.0.1' : '0.0.0.0');
     expect(config.server.shutdownGraceMs).toBe(values.config.server.shutdownGraceMs);
     expect((config as any).health?.requireUpstream).toBe(values.config.health.requireUpstream);
@@ -133,16 +152,22 @@ describe.each(RENDERINGS)('the chart rendered with %s', (_, overrides) => {
     const proxy = c.ports.find((p) => p.containerPort === Number(env['TM_CACHE_PORT']))!;
     expect(management).toBeDefined();
     expect(proxy).toBeDefined();
-    expect(c['startupProbe']['httpGet']).toEqual({ path: '/healthz', port: management.name });
-    expect(c['livenessProbe']['httpGet']).toEqual({ path: '/healthz', port: management.name });
-    expect(c['readinessProbe']['httpGet']).toEqual({ path: '/readyz', port: management.name });
+    const probes = { startupProbe: '/healthz', livenessProbe: '/healthz', readinessProbe: '/readyz' };
+    for (const [probe, path] of Object.entries(probes)) {
+      if (env['TM_CACHE_MANAGEMENT_HOST'] === '127.0.0.1') {
+        // The kubelet cannot reach a loopback listener: the probe asks from inside the container.
+        expect(c[probe]['httpGet']).toBeUndefined();
+        expect(c[probe]['exec']['command'].join(' ')).toContain(`http://127.0.0.1:${management.containerPort}${path}`);
+      } else expect(c[probe]['httpGet']).toEqual({ path, port: management.name });
+    }
     if (r.values['mode'] !== 'standalone') return;
-    const service = r.find('Service');
-    const ports = service['spec']['ports'] as { name: string; port: number; targetPort: string }[];
-    expect(ports.find((p) => p.name === 'proxy')).toMatchObject({ port: (r.values as any).service.port, targetPort: proxy.name });
-    expect(ports.find((p) => p.name === 'management')).toMatchObject({ port: (r.values as any).service.managementPort, targetPort: management.name });
+    const values = r.values as any;
+    const service = r.objects.find((o) => o['kind'] === 'Service' && o['metadata']['name'] === 'rel-tm-cache')!;
+    expect(service['spec']['ports']).toEqual([{ name: 'proxy', port: values.service.port, targetPort: proxy.name, protocol: 'TCP' }]);
+    const managementService = r.objects.find((o) => o['kind'] === 'Service' && o['metadata']['name'] === 'rel-tm-cache-management')!;
+    expect(managementService['spec']['ports']).toEqual([{ name: 'management', port: values.managementService.port, targetPort: management.name, protocol: 'TCP' }]);
     const monitor = r.objects.find((o) => o['kind'] === 'ServiceMonitor');
-    if (monitor !== undefined) expect(ports.map((p) => p.name)).toContain(monitor['spec']['endpoints'][0]['port']);
+    if (monitor !== undefined) expect(monitor['spec']['endpoints'][0]['port']).toBe('management');
   });
 
   it('stops draining before the kubelet kills the pod: grace period > preStop sleep + shutdownGraceMs', () => {
@@ -159,8 +184,8 @@ describe.each(RENDERINGS)('the chart rendered with %s', (_, overrides) => {
 describe('values.yaml defaults', () => {
   const r = renderChart(CHART, [UPSTREAM]);
 
-  it('render a standalone Deployment of 2 pods, its Service, ServiceAccount, ConfigMap, Secret and a PodDisruptionBudget; no monitoring objects', () => {
-    expect(r.objects.map((o) => o['kind']).sort()).toEqual(['ConfigMap', 'Deployment', 'PodDisruptionBudget', 'Secret', 'Service', 'ServiceAccount']);
+  it('render a standalone Deployment of 2 pods, its Service and management Service, ServiceAccount, ConfigMap, Secret and a PodDisruptionBudget; no monitoring objects', () => {
+    expect(r.objects.map((o) => o['kind']).sort()).toEqual(['ConfigMap', 'Deployment', 'PodDisruptionBudget', 'Secret', 'Service', 'Service', 'ServiceAccount']);
     expect(r.find('PodDisruptionBudget')['spec']).toMatchObject({ minAvailable: 1 });
   });
 
@@ -176,7 +201,18 @@ describe('values.yaml defaults', () => {
   });
 
   it('refuse to render without upstream.url, naming it', () => {
-    expect(() => renderChart(CHART, [])).toThrow(/upstream\.url is required/);
+    expect(() => renderChart(CHART, [{ image: UPSTREAM.image }])).toThrow(/upstream\.url is required/);
+  });
+
+  it('refuse to render without image.repository, saying there is no public image and how to build and push one', () => {
+    const refusal = /image\.repository is required: there is no public tm-cache image\. Build it from the repository's Dockerfile and push it .*docker build -t registry\.example\.com\/tm-cache:0\.1\.0 \. && docker push .*--set image\.repository=/;
+    expect(() => renderChart(CHART, [{ upstream: UPSTREAM.upstream }])).toThrow(refusal);
+    expect(() => renderChart(CHART, [example('sidecar-values.yaml'), { image: { repository: '' } }])).toThrow(refusal);
+  });
+
+  it('pull image.repository at the chart\'s appVersion unless image.tag says otherwise', () => {
+    expect(containerOf(renderChart(CHART, [UPSTREAM]))['image']).toBe('registry.example.com/tm-cache:0.1.0');
+    expect(containerOf(renderChart(CHART, [UPSTREAM, { image: { tag: '0.1.0-rc1' } }]))['image']).toBe('registry.example.com/tm-cache:0.1.0-rc1');
   });
 
   it('refuse a grace period that would cut draining short, naming both values', () => {
@@ -212,8 +248,23 @@ describe('settings the chart renders are checked by tm-cache\'s loader', () => {
   });
 
   it('and a cluster without nodes', () => {
-    const r = renderChart(CHART, [UPSTREAM, { config: { cache: { redis: { mode: 'cluster' } } } }]);
+    const r = renderChart(CHART, [UPSTREAM, { config: { cache: { redis: { mode: 'cluster' } } }, secret: { hmacSecret: 'ab'.repeat(32) } }]);
     expect(() => loadRendered(r)).toThrow(/cache\.redis\.nodes/);
+  });
+});
+
+describe('a shared Redis', () => {
+  it.each([
+    ['redis.url', { redis: { url: 'redis://redis:6379' } }],
+    ['cluster mode', { config: { cache: { redis: { mode: 'cluster', nodes: ['r:6379'] } } } }],
+  ])('without a secret is refused at render (%s), saying how to make one', (_, values) => {
+    expect(() => renderChart(CHART, [UPSTREAM, values])).toThrow(/needs secret\.hmacSecret .*openssl rand -base64 32/);
+  });
+
+  it('renders with secret.redisEncryptionKeys alone, and tm-cache accepts it', () => {
+    const keys = { secret: { redisEncryptionKeys: `k1:${'ef'.repeat(32)}` }, config: { cache: { redis: { encryptionKeyId: 'k1' } } } };
+    const r = renderChart(CHART, [UPSTREAM, { redis: { url: 'redis://redis:6379' } }, keys]);
+    expect(loadRendered(r).cache.redis.encryptionKeyId).toBe('k1');
   });
 });
 
@@ -268,8 +319,8 @@ describe('mode sidecar', () => {
   const r = renderChart(CHART, [example('sidecar-values.yaml')]);
   const notes = r.outputs.get('NOTES.txt')!;
 
-  it('renders only what sidecars need: the ConfigMap and the Secret (and the enabled alerts and dashboard), no Deployment or Service', () => {
-    expect(r.objects.map((o) => o['kind']).sort()).toEqual(['ConfigMap', 'ConfigMap', 'PrometheusRule', 'Secret']);
+  it('renders only what sidecars need: the ConfigMap and the Secret (and the enabled PodMonitor, alerts and dashboard), no Deployment or Service', () => {
+    expect(r.objects.map((o) => o['kind']).sort()).toEqual(['ConfigMap', 'ConfigMap', 'PodMonitor', 'PrometheusRule', 'Secret']);
   });
 
   it('prints in NOTES the container to paste (loopback proxy on the chosen port) and how to make it a native sidecar', () => {
@@ -308,16 +359,16 @@ describe('monitoring (all features on)', () => {
     const rules = rule['spec']['groups'][0]['rules'] as { alert: string; expr: string; labels: object; annotations: { description: string } }[];
     expect(rules.map((x) => x.alert)).toEqual(['TmCacheHitRatioLow', 'TmCacheUpstream5xx', 'TmCacheUpstream429', 'TmCacheRedisDegraded', 'TmCacheNoReplicaReady', 'TmCacheScrapeFailing']);
     for (const x of rules) {
-      expect(x.expr).toContain('namespace="ns",job="rel-tm-cache"');
+      expect(x.expr).toContain('namespace="ns",job="rel-tm-cache-management"');
       expect(x.labels).toMatchObject({ team: 'qa-infra' });
     }
     expect(rules[0]!.annotations.description).toContain('{{ $value | humanizePercentage }}');
     expect(rules[0]!.expr).toMatch(/< 0\.5\s+and sum\(rate\(tm_cache_requests_total\{[^}]*outcome!="passthrough"\}\[15m\]\)\) > 1$/);
   });
 
-  it('scrapes the Service\'s management port with a ServiceMonitor selecting the release\'s Service', () => {
+  it('scrapes the management port with a ServiceMonitor selecting the release\'s management Service', () => {
     const monitor = r.find('ServiceMonitor');
-    expect(monitor['spec']['selector']['matchLabels']).toEqual({ 'app.kubernetes.io/name': 'tm-cache', 'app.kubernetes.io/instance': 'rel' });
+    expect(monitor['spec']['selector']['matchLabels']).toEqual({ 'app.kubernetes.io/name': 'tm-cache', 'app.kubernetes.io/instance': 'rel', 'app.kubernetes.io/component': 'management' });
     expect(monitor['spec']['endpoints']).toEqual([{ port: 'management', path: '/metrics', interval: '30s', scrapeTimeout: '10s' }]);
   });
 });

@@ -454,15 +454,33 @@ const FUNCTIONS: Record<string, (...a: Value[]) => Value> = {
   printf: (f, ...args) => printf(goString(f), ...args),
   print: (...args) => args.map(goString).join(''),
   int: toInt,
+  toString: goString,
   add: (...v) => v.reduce<bigint>((s, x) => s + toInt(x), 0n),
+  sub: (a, b) => toInt(a) - toInt(b),
   mul: (...v) => v.reduce<bigint>((s, x) => s * toInt(x), 1n),
   div: (a, b) => toInt(a) / toInt(b),
   eq: (a, b) => compare('eq', a, b) === 0,
   le: (a, b) => compare('le', a, b) <= 0,
+  lt: (a, b) => compare('lt', a, b) < 0,
   gt: (a, b) => compare('gt', a, b) > 0,
   not: (v) => !truthy(v),
   and: (...v) => v.find((x) => !truthy(x)) ?? v.at(-1),
   or: (...v) => v.find(truthy) ?? v.at(-1),
+  list: (...v) => v,
+  get: (d, key) => (isMap(d) && Object.hasOwn(d, goString(key)) ? d[goString(key)] : ''),
+  /** Sprig's dig: `dig "a" "b" default map`; the default when a key is missing on the way. */
+  dig: (...a) => {
+    const keys = a.slice(0, -2).map(goString);
+    let node = a.at(-1);
+    for (const key of keys) {
+      if (!isMap(node) || !Object.hasOwn(node, key)) return a.at(-2);
+      node = node[key];
+    }
+    return node;
+  },
+  /** Go's regexp (RE2): the patterns the chart uses mean the same in JavaScript. */
+  regexMatch: (re, s) => new RegExp(goString(re)).test(goString(s)),
+  regexReplaceAll: (re, s, to) => goString(s).replace(new RegExp(goString(re), 'g'), goString(to)),
   dict: (...kv) => Object.fromEntries(Array.from({ length: kv.length / 2 }, (_, i) => [goString(kv[2 * i]), kv[2 * i + 1]])),
 };
 

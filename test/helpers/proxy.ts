@@ -9,11 +9,21 @@ import { startProxy, type RunningProxy } from '../../src/proxy/server.js';
 
 export type DeepPartial<T> = { -readonly [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
 
+/**
+ * The identity HMAC secret of test replicas that share a Redis and say no secret of their own:
+ * a shared Redis needs one (relations.ts), and replicas of one test must agree on it.
+ */
+export const TEST_HMAC_SECRET = Buffer.alloc(32, 0x7e).toString('hex');
+
 export function makeConfig(upstreamUrl: string, overrides: DeepPartial<Config> = {}): Config {
   const base = structuredClone(DEFAULT_CONFIG) as unknown as Record<string, unknown>;
   merge(base, { upstream: { url: upstreamUrl }, server: { port: 0, managementPort: 0, shutdownGraceMs: 1_000 } });
   merge(base, overrides as Record<string, unknown>);
-  return base as unknown as Config;
+  const config = base as unknown as Config;
+  const secretGiven = config.identity.hmacSecret !== '' || Object.keys(config.cache.redis.encryptionKeys).length > 0;
+  const usesRedis = config.cache.redis.url !== '' || config.cache.redis.mode !== 'standalone';
+  if (usesRedis && !secretGiven) merge(base, { identity: { hmacSecret: TEST_HMAC_SECRET } });
+  return config;
 }
 
 function merge(target: Record<string, unknown>, source: Record<string, unknown>): void {

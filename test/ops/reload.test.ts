@@ -3,6 +3,7 @@
  * are read again, what can change at runtime is applied and logged, what needs a restart is
  * named; a bad file changes nothing and never stops the process.
  */
+import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,7 +12,8 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { httpGet } from '../helpers/proxy.js';
-import { startServe, type Serving } from '../helpers/serve.js';
+import { findFreePort } from '../helpers/ports.js';
+import { serving, spawnServe, startServe, type Serving } from '../helpers/serve.js';
 import { until } from '../helpers/wait.js';
 
 const FIRST = 'first-admin-token-0123456789';
@@ -37,8 +39,11 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   if (serve && serve.child.exitCode === null) {
+    // SIGKILL if SIGTERM is not enough: a process whose event loop is blocked never handles it.
+    const killer = setTimeout(() => serve.child.kill('SIGKILL'), 5_000);
     serve.child.kill('SIGTERM');
     await once(serve.child, 'exit');
+    clearTimeout(killer);
   }
   await emulator?.close();
   rmSync(dir, { recursive: true, force: true });
@@ -93,5 +98,54 @@ describe('SIGHUP', () => {
     serve.child.kill('SIGHUP');
     await until(() => logLines('reload refused: the running configuration is kept').length === 4);
     expect(await statsWith(SECOND)).toBe(200);
+  });
+
+  it('refuses a file with a YAML warning (an unresolved tag) as invalid, and never logs the value', async () => {
+    const tagged = 'abcdef-0123456789-tag-as-token';
+    const before = logLines('reload refused: the running configuration is kept').length;
+    writeFileSync(file, `admin:\n  token: !${tagged}\n`);
+    serve.child.kill('SIGHUP');
+    await until(() => logLines('reload refused: the running configuration is kept').length === before + 1);
+    expect(logLines('reload refused: the running configuration is kept').at(-1).problems).toContain('YAML warning at line 2');
+    expect(serve.output()).not.toContain(tagged);
+    expect(await statsWith(SECOND)).toBe(200);
+  });
+
+  // Last: before the fix, this one blocked the process's event loop for good.
+  it('refuses a config path that is a FIFO, naming it, and keeps serving meanwhile', async () => {
+    rmSync(file, { force: true });
+    execFileSync('mkfifo', [file]);
+    const before = logLines('reload refused: the running configuration is kept').length;
+    serve.child.kill('SIGHUP');
+    await until(() => logLines('reload refused: the running configuration is kept').length === before + 1);
+    expect(logLines('reload refused: the running configuration is kept').at(-1).problems).toContain(`${JSON.stringify(file)} is not a regular file`);
+    expect(await statsWith(SECOND)).toBe(200);
+    expect(serve.child.exitCode).toBeNull();
+  });
+});
+
+describe('SIGHUP while start-up waits for Redis', () => {
+  it('does not stop the process: the reload is applied once it serves', async () => {
+    const redisPort = await findFreePort(); // nothing listens there: start-up waits connectTimeoutMs
+    const startFile = join(dir, 'waiting.yaml');
+    writeFileSync(startFile, 'cache:\n  redis:\n    connectTimeoutMs: 6000\n');
+    const spawned = spawnServe({
+      TM_CACHE_UPSTREAM: emulator.url, TM_CACHE_PORT: '0', TM_CACHE_MANAGEMENT_PORT: '0', TM_CACHE_CONFIG: startFile,
+      TM_CACHE_REDIS: `redis://127.0.0.1:${redisPort}/0`, TM_CACHE_HMAC_SECRET: 'c3'.repeat(40),
+    });
+    try {
+      // A failed connection attempt is logged while start-up waits for Redis.
+      await until(() => spawned.output().includes('"tier":"redis"') || spawned.child.exitCode !== null);
+      spawned.child.kill('SIGHUP');
+      const started = await serving(spawned);
+      await until(() => started.output().includes('"msg":"reloaded: nothing changed"'));
+      expect(spawned.child.exitCode).toBeNull();
+      expect(spawned.child.signalCode).toBeNull();
+    } finally {
+      if (spawned.child.exitCode === null && spawned.child.signalCode === null) {
+        spawned.child.kill('SIGKILL');
+        await once(spawned.child, 'exit');
+      }
+    }
   });
 });

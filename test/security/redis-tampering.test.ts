@@ -38,7 +38,7 @@ describe.each(FORMS)('with %s values in Redis', (form, sealing) => {
       cache: { redis: { url: env.redis.url, keyPrefix: prefix, commandTimeoutMs: 1_000, ...sealing } },
     };
     const p = await env.replica(overrides);
-    // With the HMAC secret configured, serving starts without waiting for Redis.
+    // Serving may start before Redis is connected: wait, so that the test reads through it.
     expect(await redisTierOf(p).connection.ready(5_000)).toBe(true);
     return p;
   }
@@ -70,8 +70,9 @@ describe.each(FORMS)('with %s values in Redis', (form, sealing) => {
     expect(res.status).toBe(200);
     expect(res.headers['cache-status']).not.toMatch(/hit/);
     expect(res.json()).toEqual(await upstreamBody('/api/v1/projects', member));
-    // Counted, and dropped from Redis (then refilled with the member's own answer).
-    expect(statsOf(victim).byKind['tampered']).toBe(1);
+    // Counted on every read (the look-up, and the fill lock's look for an entry stored meanwhile),
+    // never deleted, and overwritten by the member's own answer when the victim refills it.
+    expect(statsOf(victim).byKind['tampered']).toBeGreaterThanOrEqual(1);
     await until(async () => (await victim.get('/api/v1/projects', member.token)).headers['cache-status']?.includes('hit') === true);
     const fresh = await replica();
     expect((await fresh.get('/api/v1/projects', member.token)).json()).toEqual(await upstreamBody('/api/v1/projects', member));

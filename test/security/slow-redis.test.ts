@@ -118,3 +118,99 @@ describe('a stalled Redis', () => {
     expect(statsOf(p).total).toBe(before.total);
   });
 });
+
+describe('an invalidation while Redis is stalled', () => {
+  const ADMIN_TOKEN = 'slow-redis-admin-token-0123456789';
+  /** Shorter than INVALIDATION_WAIT_MS (tiered.ts): an invalidation outlasts it by retrying. */
+  const SHORT_PAUSE_MS = 400;
+  /** Longer than INVALIDATION_WAIT_MS: a purge answers before Redis does. */
+  const LONG_PAUSE_MS = 3_000;
+
+  /** Two replicas of one Redis; `token` asked `path` on A (filled, shared) then on B (Redis hit, now in B's memory). */
+  async function twoReplicasHolding(path: string, token: string, redisSettings: DeepPartial<Config['cache']['redis']> = {}): Promise<[TestProxy, TestProxy]> {
+    await env.client.ping();
+    const settings = { cache: { redis: { url: env.redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS, ...redisSettings } }, admin: { token: ADMIN_TOKEN } };
+    const [a, b] = [await env.replica(settings), await env.replica(settings)];
+    expect((await a.get(path, token)).status).toBe(200);
+    await until(async () => (await env.client.keys('*:lock')).length === 0);
+    expect((await b.get(path, token)).headers['cache-status']).toMatch(/hit; .*detail=redis/);
+    expect((await b.get(path, token)).headers['cache-status']).toMatch(/hit; .*detail=memory/);
+    return [a, b];
+  }
+
+  /** Stalls the server (`ALL`: every command; `WRITE`: writes and PUBLISH, reads go on); resolves when it answers again. */
+  async function stall(ms: number, mode: 'ALL' | 'WRITE'): Promise<{ ended: Promise<void> }> {
+    await env.client.call('CLIENT', 'PAUSE', String(ms), mode);
+    const probe = new Redis(env.redis.url);
+    return { ended: probe.set('probe', '1').then(() => probe.disconnect()) };
+  }
+
+  const isMiss = (res: { headers: Record<string, unknown> }): boolean => /fwd=uri-miss/.test(String(res.headers['cache-status']));
+  const servedFromMemory = (res: { headers: Record<string, unknown> }): boolean => /hit;.*detail=memory/.test(String(res.headers['cache-status']));
+
+  async function purge(p: TestProxy, body: object): Promise<{ status: number; json: any }> {
+    const res = await request(`${p.managementUrl}/admin/purge`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    return { status: res.statusCode, json: await res.body.json() };
+  }
+
+  it('from a write is retried: the pre-write answer stops being served, from Redis and from the other replica’s memory', async () => {
+    const member = env.emulator.tokens.member(0);
+    const project = member.project_ids[0]!;
+    const path = `/api/v1/projects/${project}`;
+    const [a, b] = await twoReplicasHolding(path, member.token);
+    const renamed = `Renamed during a stall ${project}`;
+    const { ended } = await stall(SHORT_PAUSE_MS, 'ALL');
+    // The instance changes, and the write that says so goes through A while Redis answers nothing.
+    await env.emulator.mutate({ op: 'rename_project', project_id: project, name: renamed });
+    const res = await request(`${a.url}${path}`, {
+      method: 'PATCH',
+      headers: { authorization: `Bearer ${member.token}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
+    await res.body.dump();
+    expect(res.statusCode).toBeLessThan(300);
+    await ended;
+    const nameOn = async (p: TestProxy): Promise<string> => (await p.get(path, member.token)).json().result.name;
+    // A no longer finds the old answer in Redis, and B learns of the write through the bus.
+    await until(async () => (await nameOn(a)) === renamed);
+    await until(async () => (await nameOn(b)) === renamed);
+  });
+
+  it('from an admin purge is retried, and answers what it dropped in Redis', async () => {
+    const member = env.emulator.tokens.member(1);
+    const project = member.project_ids[0]!;
+    const path = `/api/v1/projects/${project}/milestones`;
+    const [a, b] = await twoReplicasHolding(path, member.token);
+    expect(await env.client.keys(`*|listMilestones|${project}|*`)).toHaveLength(1);
+    const { ended } = await stall(SHORT_PAUSE_MS, 'ALL');
+    const purged = await purge(a, { tag: `project:${project}` });
+    expect(purged.status).toBe(200);
+    expect(purged.json).toMatchObject({ tag: `project:${project}`, tiers: { memory: 1, redis: expect.any(Number) } });
+    await ended;
+    expect(await env.client.keys(`*|listMilestones|${project}|*`)).toEqual([]);
+    expect(isMiss(await a.get(path, member.token))).toBe(true);
+    // B hears it through the bus (and may then find A's new answer in Redis: never its old one in memory).
+    await until(async () => !servedFromMemory(await b.get(path, member.token)));
+  });
+
+  it('that cannot reach Redis answers 503 naming it, is not served from Redis meanwhile, and still lands', async () => {
+    const member = env.emulator.tokens.member(2);
+    const project = member.project_ids[0]!;
+    const path = `/api/v1/projects/${project}/sessions`;
+    // The breaker out of the way: reads go on reaching Redis while its writes are stalled.
+    const [a, b] = await twoReplicasHolding(path, member.token, { breakerThreshold: 1_000 });
+    const { ended } = await stall(LONG_PAUSE_MS, 'WRITE');
+    const purged = await purge(a, { tag: `project:${project}` });
+    expect(purged.status).toBe(503);
+    expect(purged.json).toMatchObject({ message: expect.stringContaining('redis'), errors: {}, unreached: ['redis'], tag: `project:${project}` });
+    // Redis still holds the entry and answers reads, but A does not trust it: it asks the instance.
+    expect(isMiss(await a.get(path, member.token))).toBe(true);
+    await ended;
+    // Once Redis takes writes again the purge lands there and reaches B.
+    await until(async () => !servedFromMemory(await b.get(path, member.token)));
+  });
+});

@@ -1,0 +1,235 @@
+/**
+ * The fleet budget's bucket: its shape, its arithmetic, and the store that keeps it in memory.
+ * The shared store (src/cache/redis-budget-store.ts) runs the same arithmetic as a Lua script
+ * over one Redis key; one contract suite checks both agree (test/upstream/budget-store.test.ts
+ * and test/cache/redis-budget-store.test.ts).
+ *
+ * The bucket (a token bucket, refilled at the rate, holding at most the burst) hands out tokens
+ * by leases of a few at a time. Its rate is learned from the instance's 429s (AIMD, as TCP's
+ * congestion control, RFC 5681 §3.1):
+ * - multiplicative decrease: a 429 pauses the bucket for the Retry-After, and it resumes at
+ *   DECREASE_FACTOR of the rate it was actually handing out (the instance said no at that rate);
+ *   further 429s during the pause only lengthen it (they are echoes of the same excess);
+ * - additive increase: once per INCREASE_INTERVAL_MS in which demand exceeded the bucket
+ *   (`constrained`), the rate climbs by a step: a fixed one while well below the rate of the last
+ *   429 (the limit seen), a small one near it, so the fleet settles just under the instance's limit
+ *   and probes above it rarely (each probe costs one 429, and the instance escalates repeated ones).
+ * A fixed budget (`upstream.budget.requestsPerSecond`) is the ceiling: the rate starts there and
+ * never climbs past it. Without one, it starts at LEARN_START_RPS with a burst of one second's worth.
+ *
+ * Times are milliseconds on the store's clock (Redis' TIME for the shared store, so replicas' clocks
+ * never meet); replies carry durations only.
+ */
+
+/** The rate a fleet without a configured budget starts from (req/s): low enough for any instance that serves a team. */
+export const LEARN_START_RPS = 5;
+/** The ceiling of a learned rate (req/s): in practice demand bounds it, since it climbs only when demand exceeds it. */
+export const LEARNED_MAX_RPS = 100_000;
+/** The floor a run of 429s can push the rate to: one request per five seconds. */
+export const MIN_RPS = 0.2;
+/** The rate after a 429, as a share of the rate handed out when it came. */
+export const DECREASE_FACTOR = 0.8;
+/** One additive step per interval in which demand exceeded the bucket. */
+export const INCREASE_INTERVAL_MS = 1_000;
+/** The step below the limit seen (req/s per interval), or 2 % of that limit when larger. */
+export const INCREASE_STEP_RPS = 1;
+/** Above this share of the limit seen the rate only probes: a step of PROBE_STEP_SHARE of the limit per interval (10 % a minute). */
+export const PROBE_FROM_SHARE = 0.9;
+export const PROBE_STEP_SHARE = 1 / 600;
+/** The window over which tokens handed out are counted, to know the rate actually in use when a 429 comes. */
+export const MEASURE_WINDOW_MS = 1_000;
+
+/** How the fleet's bucket is shaped (budgetShapeOf, from `upstream.budget`). */
+export interface BudgetShape {
+  /** The rate a new bucket starts at (req/s). */
+  readonly startRps: number;
+  /** The most the rate may climb to (req/s): the configured budget, or LEARNED_MAX_RPS. */
+  readonly maxRps: number;
+  /** The bucket's size at maxRps (scaled down with the rate after 429s); 0: one second's worth of the current rate. */
+  readonly burst: number;
+  /** The longest pause a stored value may impose (`upstream.maxRetryAfterMs`): a stale or tampered one is cut to it. */
+  readonly maxPauseMs: number;
+}
+
+/** `upstream.budget` and the Retry-After cap as a bucket's shape. */
+export function budgetShapeOf(budget: { readonly requestsPerSecond: number; readonly burst: number }, maxPauseMs: number): BudgetShape {
+  if (budget.requestsPerSecond > 0) {
+    return { startRps: budget.requestsPerSecond, maxRps: budget.requestsPerSecond, burst: budget.burst, maxPauseMs };
+  }
+  return { startRps: LEARN_START_RPS, maxRps: LEARNED_MAX_RPS, burst: 0, maxPauseMs };
+}
+
+/** What a lease answers: tokens granted now, how long until one may be, the pause left, and the fleet's rate. */
+export interface LeaseReply {
+  readonly granted: number;
+  /** 0 when granted; else until the next token (at least the pause left). */
+  readonly waitMs: number;
+  readonly pausedMs: number;
+  readonly rateRps: number;
+}
+
+/** What reporting a 429 answers: the pause left and the rate the fleet resumes at. */
+export interface PauseReply {
+  readonly pausedMs: number;
+  readonly rateRps: number;
+}
+
+/** A lease asked for: up to `want` tokens; `constrained` when this replica's demand exceeded what it got since its last lease. */
+export interface LeaseRequest {
+  readonly want: number;
+  readonly constrained: boolean;
+}
+
+/**
+ * Where the bucket lives. An answer may come at once (memory) or later (Redis); `undefined`:
+ * the store cannot answer now (Redis down), and the budget falls back to its own share.
+ */
+export interface BudgetStore {
+  lease(request: LeaseRequest): LeaseReply | Promise<LeaseReply | undefined> | undefined;
+  rateLimited(pauseMs: number): PauseReply | Promise<PauseReply | undefined> | undefined;
+}
+
+/** The bucket's state as stored; any field may be missing or garbage (a new or tampered key), so each is checked. */
+export interface BucketState {
+  tokens: number;
+  atMs: number;
+  rateRps: number;
+  /** The rate of the last 429 (0: none seen). */
+  limitRps: number;
+  increasedAtMs: number;
+  pauseUntilMs: number;
+  windowStartMs: number;
+  windowCount: number;
+  previousCount: number;
+}
+
+const finite = (value: number | undefined): value is number => typeof value === 'number' && Number.isFinite(value);
+const clamp = (value: number, low: number, high: number): number => Math.min(high, Math.max(low, value));
+
+/** The bucket's size at `rateRps`, times `scale` (a replica's share when alone); at least one token. */
+export function burstOf(shape: BudgetShape, rateRps: number, scale = 1): number {
+  const full = shape.burst > 0 ? (shape.burst * rateRps) / shape.maxRps : rateRps;
+  return Math.max(1, full * scale);
+}
+
+/** The additive step at `rateRps` given the limit seen: fixed well below it, a probe near it. */
+export function increaseStepOf(rateRps: number, limitRps: number): number {
+  if (limitRps > 0 && rateRps >= limitRps * PROBE_FROM_SHARE) return Math.max(0.01, limitRps * PROBE_STEP_SHARE);
+  return Math.max(INCREASE_STEP_RPS, limitRps * 0.02);
+}
+
+/** A stored state made safe to use at `now`: missing fields take a new bucket's values, the rest are bounded. */
+export function normalizeState(stored: Partial<BucketState>, shape: BudgetShape, now: number, scale = 1): BucketState {
+  const rateRps = finite(stored.rateRps) ? clamp(stored.rateRps, MIN_RPS, shape.maxRps) : Math.min(shape.startRps, shape.maxRps);
+  const pauseUntilMs = finite(stored.pauseUntilMs) ? Math.min(stored.pauseUntilMs, now + shape.maxPauseMs) : 0;
+  const latest = Math.max(now, pauseUntilMs);
+  const burst = burstOf(shape, rateRps, scale);
+  const windowStartMs = finite(stored.windowStartMs) ? Math.min(stored.windowStartMs, now) : now;
+  return {
+    tokens: finite(stored.tokens) ? clamp(stored.tokens, 0, burst) : burst,
+    atMs: finite(stored.atMs) ? Math.min(stored.atMs, latest) : now,
+    rateRps,
+    limitRps: finite(stored.limitRps) ? clamp(stored.limitRps, 0, shape.maxRps) : 0,
+    increasedAtMs: finite(stored.increasedAtMs) ? Math.min(stored.increasedAtMs, latest) : now,
+    pauseUntilMs,
+    windowStartMs,
+    windowCount: finite(stored.windowCount) ? Math.max(0, stored.windowCount) : 0,
+    previousCount: finite(stored.previousCount) ? Math.max(0, stored.previousCount) : 0,
+  };
+}
+
+/** Starts a new counting window once the current one is over; the one before counts only if it just ended. */
+function rollWindow(state: BucketState, now: number): void {
+  if (now - state.windowStartMs < MEASURE_WINDOW_MS) return;
+  state.previousCount = now - state.windowStartMs < 2 * MEASURE_WINDOW_MS ? state.windowCount : 0;
+  state.windowStartMs = now;
+  state.windowCount = 0;
+}
+
+/** One lease at `now`: refill, maybe climb, hand out up to `want` whole tokens. Mutates and answers. */
+export function leaseFrom(state: BucketState, shape: BudgetShape, request: LeaseRequest, now: number, scale = 1): LeaseReply {
+  if (now < state.pauseUntilMs) {
+    const pausedMs = state.pauseUntilMs - now;
+    return { granted: 0, waitMs: pausedMs, pausedMs, rateRps: state.rateRps };
+  }
+  if (request.constrained && now - state.increasedAtMs >= INCREASE_INTERVAL_MS) {
+    state.rateRps = Math.min(shape.maxRps, state.rateRps + increaseStepOf(state.rateRps, state.limitRps));
+    state.increasedAtMs = now;
+  }
+  const localRps = state.rateRps * scale;
+  state.tokens = Math.min(burstOf(shape, state.rateRps, scale), state.tokens + (Math.max(0, now - state.atMs) * localRps) / 1000);
+  state.atMs = Math.max(state.atMs, now);
+  const granted = Math.max(0, Math.min(Math.floor(request.want), Math.floor(state.tokens)));
+  state.tokens -= granted;
+  rollWindow(state, now);
+  state.windowCount += granted;
+  const waitMs = granted > 0 ? 0 : Math.ceil(((1 - state.tokens) * 1000) / localRps);
+  return { granted, waitMs, pausedMs: 0, rateRps: state.rateRps };
+}
+
+/**
+ * A 429 at `now`: pause for `pauseMs` (at most the shape's cap). A new pause lowers the rate to
+ * DECREASE_FACTOR of what was in use (the rate, or the tokens handed out over the last window
+ * when fewer); one during a pause only lengthens it. Mutates and answers.
+ */
+export function rateLimitedFrom(state: BucketState, shape: BudgetShape, pauseMs: number, now: number, scale = 1): PauseReply {
+  const untilMs = now + clamp(pauseMs, 0, shape.maxPauseMs);
+  if (now < state.pauseUntilMs) {
+    state.pauseUntilMs = Math.max(state.pauseUntilMs, untilMs);
+    return { pausedMs: state.pauseUntilMs - now, rateRps: state.rateRps };
+  }
+  rollWindow(state, now);
+  const inUseRps = Math.max(state.previousCount, state.windowCount) / scale;
+  const base = Math.min(state.rateRps, Math.max(inUseRps, MIN_RPS));
+  state.limitRps = base;
+  state.rateRps = Math.max(MIN_RPS, base * DECREASE_FACTOR);
+  state.pauseUntilMs = untilMs;
+  state.tokens = 0;
+  state.atMs = untilMs;
+  state.increasedAtMs = untilMs;
+  return { pausedMs: untilMs - now, rateRps: state.rateRps };
+}
+
+/**
+ * The bucket in this process: the whole budget for a replica without Redis (scale 1), or its
+ * `upstream.budget.fallbackShare` while Redis cannot answer. Answers at once, never undefined.
+ */
+export class MemoryBudgetStore implements BudgetStore {
+  private state: Partial<BucketState> = {};
+
+  constructor(
+    private readonly shape: BudgetShape,
+    private readonly now: () => number,
+    /** The share of the fleet's rate and burst this bucket hands out (1: all of it). */
+    private readonly scale = 1,
+  ) {}
+
+  lease(request: LeaseRequest): LeaseReply {
+    const now = this.now();
+    const state = (this.state = normalizeState(this.state, this.shape, now, this.scale));
+    return leaseFrom(state, this.shape, request, now, this.scale);
+  }
+
+  rateLimited(pauseMs: number): PauseReply {
+    const now = this.now();
+    const state = (this.state = normalizeState(this.state, this.shape, now, this.scale));
+    return rateLimitedFrom(state, this.shape, pauseMs, now, this.scale);
+  }
+
+  /**
+   * Takes on what the shared bucket last said (its rate and pause), so that when Redis goes away
+   * this one goes on from there: a paused fleet stays paused, a reduced rate stays reduced.
+   */
+  adopt(reply: { readonly rateRps: number; readonly pausedMs: number }): void {
+    const now = this.now();
+    const state = normalizeState(this.state, this.shape, now, this.scale);
+    state.rateRps = clamp(reply.rateRps, MIN_RPS, this.shape.maxRps);
+    if (reply.pausedMs > 0 && now + reply.pausedMs > state.pauseUntilMs) {
+      state.pauseUntilMs = now + reply.pausedMs;
+      state.tokens = 0;
+      state.atMs = state.pauseUntilMs;
+      state.increasedAtMs = state.pauseUntilMs;
+    }
+    this.state = state;
+  }
+}

@@ -1,0 +1,268 @@
+/**
+ * Every scenario `npm run bench` knows, by name: what it measures, what it needs on the machine,
+ * and how it reads its knobs (options.ts) with their full and short defaults. The suite (run when
+ * no name is given) is the scenarios whose figures the README's generated table shows; the others
+ * are A/B comparisons with another build (`ab:*`), profiles (`profile:*`) and single measurements.
+ */
+import { runAbAccessLog } from './access-log-ab.js';
+import { runAbHit } from './ab.js';
+import { runCodec } from './codec.js';
+import { DECODE_SOURCE, runAbDecode } from './decode-ab.js';
+import { runEmulatorMicro } from './emulator.js';
+import type { Binary } from './guards.js';
+import { requireBase } from './guards.js';
+import type { LoadOptions, Page } from './measure.js';
+import { runAbMiss } from './miss-ab.js';
+import type { Options } from './options.js';
+import { makeNginxPassConf, startNginx } from './peers.js';
+import { freePort } from './procs.js';
+import { PROFILE_MODES, runProfile } from './profile.js';
+import { runAbRedis } from './redis-ab.js';
+import type { Check } from './report.js';
+import { runRevocation } from './revocation.js';
+import { runCapacityScenario } from './scenario-capacity.js';
+import { runCiBurstScenario } from './scenario-ci-burst.js';
+import { runDashboardsScenario } from './scenario-dashboards.js';
+import { runEmulatorScenario } from './scenario-emulator.js';
+import { runHitScenario } from './scenario-hit.js';
+import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
+import { runRedisScenario } from './scenario-redis.js';
+import { runSecurityScenario } from './scenario-security.js';
+import { SERVER_CPU, startTmCache, type Emulator } from './servers.js';
+
+export interface BenchContext {
+  readonly options: Options;
+  /** A private temporary folder, removed at the end. */
+  readonly dir: string;
+  /** The emulator every scenario shares (medium, seed 42, on the load core), started on first use. */
+  emulator(): Promise<Emulator>;
+  /** The measured page: a member's 100-run page with users expanded (measure.ts choosePage). */
+  page(): Promise<Page>;
+}
+
+export interface ScenarioResult {
+  /** The figures held to a target (or shown for information) in the summary and the README. */
+  readonly checks: Check[];
+}
+
+export interface Scenario {
+  readonly name: string;
+  readonly about: string;
+  /** Run by a bare `npm run bench`, and shown in the README's generated table. */
+  readonly suite: boolean;
+  readonly needs: readonly Binary[];
+  /** Starts this checkout's dist/cli.js (the emulator included). */
+  readonly build: boolean;
+  run(ctx: BenchContext): Promise<ScenarioResult>;
+}
+
+const HIT_CONNECTIONS = 32;
+
+/** The cache-hit load of the suite: --duration (12 s, short 4) in --rounds (4, short 2) after --warmup (2 s, short 1). */
+function suiteLoad(o: Options): LoadOptions {
+  return { connections: HIT_CONNECTIONS, durationS: o.number('duration', 12, 4), warmupS: o.number('warmup', 2, 1), rounds: o.number('rounds', 4, 2) };
+}
+
+async function withEmulator(ctx: BenchContext): Promise<[Emulator, Page]> {
+  return [await ctx.emulator(), await ctx.page()];
+}
+
+const SUITE: Scenario[] = [
+  {
+    name: 'hit',
+    about: 'memory hit of the 100-run page: tm-cache against bare fastify, Varnish, nginx proxy_cache (32 connections, rotating rounds)',
+    suite: true,
+    needs: ['wrk'],
+    build: true,
+    run: async (ctx) => {
+      const [em, page] = await withEmulator(ctx);
+      return runHitScenario(ctx.dir, em, page, suiteLoad(ctx.options));
+    },
+  },
+  {
+    name: 'miss',
+    about: 'distinct cold questions: emulator directly, nginx proxy_pass, tm-cache; then 1,000 concurrent identical cold requests (coalescing)',
+    suite: true,
+    needs: [],
+    build: true,
+    run: async (ctx) => {
+      const [em, page] = await withEmulator(ctx);
+      const proxy = await startTmCache(em.url, { name: 'tm-cache (miss)' });
+      const nginx = await startNginx(ctx.dir, await freePort(), { host: '127.0.0.1', port: Number(new URL(em.url).port) }, SERVER_CPU, makeNginxPassConf, 'nginx proxy_pass');
+      if (typeof nginx === 'string') console.log(`   nginx proxy_pass baseline skipped: ${nginx}`);
+      const miss = await runMissScenario(em, proxy, page, ctx.options.number('miss-pairs', 300, 60), typeof nginx === 'string' ? undefined : nginx);
+      const coalesce = await runCoalesceScenario(em, proxy, page, ctx.options.number('coalesce', 1_000, 200));
+      return { miss, coalesce, checks: [...miss.checks, ...coalesce.checks] };
+    },
+  },
+  {
+    name: 'redis',
+    about: 'Redis tier: a Redis-tier hit against a memory hit (identity and gzip clients), bytes stored per entry, memory hits with Redis on',
+    suite: true,
+    needs: ['wrk', 'redis-server', 'redis-cli'],
+    build: true,
+    run: async (ctx) => {
+      const [em, page] = await withEmulator(ctx);
+      const load = suiteLoad(ctx.options);
+      return runRedisScenario(em, page, { ...load, durationS: ctx.options.number('redis-duration', Math.min(load.durationS, 9)), rounds: Math.min(load.rounds, 3) });
+    },
+  },
+  {
+    name: 'emulator',
+    about: "the emulator's own cost: generation per scale, CPU per 100-run page in the handler and over HTTP",
+    suite: true,
+    needs: ['wrk'],
+    build: true,
+    run: async (ctx) => {
+      const [em, page] = await withEmulator(ctx);
+      return runEmulatorScenario(ctx.dir, em, page, ctx.options.short ? 2 : 4, ctx.options.short ? 300 : 3_000);
+    },
+  },
+  {
+    name: 'dashboards',
+    about: '50 dashboards × 4 users polling 12 panels, time compressed (--dash-scale): offload, latency, bytes, delay until a change shows',
+    suite: true,
+    needs: [],
+    build: true,
+    run: (ctx) =>
+      runDashboardsScenario(ctx.dir, { dashboards: 50, usersPerDashboard: 4, scale: ctx.options.number('dash-scale', 0.2), periods: ctx.options.number('dash-periods', 3, 1), conditionalShare: 0.5 }),
+  },
+  {
+    name: 'capacity',
+    about: "one core's capacity for a 90 % fresh / 9 % stale / 1 % miss mix: tm-cache against Varnish and nginx proxy_cache",
+    suite: true,
+    needs: ['wrk'],
+    build: true,
+    run: async (ctx) =>
+      runCapacityScenario(ctx.dir, await ctx.emulator(), { durationS: ctx.options.number('capacity-s', 12, 4), rounds: 2, staleCount: ctx.options.number('capacity-stale', 3_000, 500) }),
+  },
+  {
+    name: 'ci-burst',
+    about: "a CI fleet's first burst (200 agents, 20 users) against 3 replicas, with a shared Redis and memory only: upstream requests",
+    suite: true,
+    needs: ['redis-server'],
+    build: true,
+    run: async (ctx) => runCiBurstScenario(await ctx.emulator(), { agents: ctx.options.number('ci-agents', 200, 40), users: ctx.options.number('ci-users', 20, 4), replicas: 3 }),
+  },
+  {
+    name: 'security',
+    about: 'memory under hostile traffic (token flood, one token 10,000 ways, 200 MB answers) and fairness under a flood (no short mode)',
+    suite: true,
+    needs: [],
+    build: true,
+    run: async (ctx) => {
+      const [em, page] = await withEmulator(ctx);
+      return runSecurityScenario(em, { token: page.token, path: page.path });
+    },
+  },
+];
+
+const EXTRA: Scenario[] = [
+  {
+    name: 'ab:hit',
+    about: 'this build against --base, serving at once in rotating rounds: memory hits (identity, gzip clients) and misses',
+    suite: false,
+    needs: ['wrk'],
+    build: true,
+    run: async (ctx) => {
+      const o = ctx.options;
+      const base = requireBase(o.string('base'));
+      const [em, page] = await withEmulator(ctx);
+      return runAbHit(em, page, { base, durationS: o.number('duration', 20, 4), rounds: o.number('rounds', 4, 2), misses: o.number('misses', 300, 60) });
+    },
+  },
+  {
+    name: 'ab:redis',
+    about: "Redis-tier hits of this build and --base's side by side, with this build's memory hit as the reference (--encrypted)",
+    suite: false,
+    needs: ['wrk', 'redis-server'],
+    build: true,
+    run: async (ctx) => {
+      const o = ctx.options;
+      const base = requireBase(o.string('base'));
+      const [em, page] = await withEmulator(ctx);
+      return runAbRedis(em, page, { base, durationS: o.number('duration', 12, 4), rounds: o.number('rounds', 3, 2), encrypted: o.flag('encrypted') });
+    },
+  },
+  {
+    name: 'ab:miss',
+    about: 'misses against nginx proxy_pass, CPU by thread; optionally --base, --bare-proxy, --nginx-cache, --no-store, --node-flags, --configs',
+    suite: false,
+    needs: ['nginx'],
+    build: true,
+    run: async (ctx) => {
+      const o = ctx.options;
+      const given = o.string('base');
+      const base = given === undefined ? undefined : requireBase(given);
+      const [em, page] = await withEmulator(ctx);
+      return runAbMiss(em, page, ctx.dir, {
+        misses: o.number('misses', 600, 100),
+        warmup: o.number('miss-warmup', 300, 50),
+        base,
+        bareProxy: o.flag('bare-proxy'),
+        nginxCache: o.flag('nginx-cache'),
+        noStore: o.flag('no-store'),
+        nodeFlags: o.string('node-flags'),
+        configs: o.string('configs'),
+      });
+    },
+  },
+  {
+    name: 'ab:access-log',
+    about: 'what the access log costs a memory hit: log.access off, on with a drained pipe, on with stdout on /dev/null (log level info)',
+    suite: false,
+    needs: ['wrk'],
+    build: true,
+    run: async (ctx) => {
+      const [em, page] = await withEmulator(ctx);
+      return runAbAccessLog(em, page, { durationS: ctx.options.number('duration', 10, 3), rounds: ctx.options.number('rounds', 4, 2) });
+    },
+  },
+  {
+    name: 'ab:decode',
+    about: `a Redis-tier hit's decode (open + identity body), this ${DECODE_SOURCE} against --base's, in one process`,
+    suite: false,
+    needs: [],
+    build: false,
+    run: (ctx) => runAbDecode({ base: requireBase(ctx.options.string('base'), DECODE_SOURCE), rounds: ctx.options.number('rounds', 30, 8) }),
+  },
+  ...PROFILE_MODES.map(
+    (mode): Scenario => ({
+      name: `profile:${mode}`,
+      about: `CPU profile of ${{ hit: 'memory hits', redis: 'Redis-tier hits', miss: 'distinct cold misses', bare: 'the bare fastify baseline' }[mode]}: top frames, by origin, GC share (--accept-encoding, --profile-out)`,
+      suite: false,
+      needs: mode === 'miss' ? [] : mode === 'redis' ? ['wrk', 'redis-server'] : ['wrk'],
+      build: true,
+      run: async (ctx) => {
+        const o = ctx.options;
+        return runProfile(mode, await ctx.emulator(), ctx.dir, { durationS: o.number('duration', 10, 3), top: o.number('top', 25), acceptEncoding: o.string('accept-encoding'), out: o.string('profile-out') });
+      },
+    }),
+  ),
+  {
+    name: 'revocation',
+    about: "the README's revocation figures on the real clock: two replicas over a private redis-server (about 65 s, no short mode)",
+    suite: false,
+    needs: ['redis-server'],
+    build: false,
+    run: () => runRevocation(),
+  },
+  {
+    name: 'codec',
+    about: 'codecs for the Redis stored form: ratio, encode and decode time on a 100-item list page (--codec-modules)',
+    suite: false,
+    needs: [],
+    build: false,
+    run: (ctx) => Promise.resolve(runCodec({ rounds: ctx.options.number('rounds', 200, 20), modulesDir: ctx.options.string('codec-modules') })),
+  },
+  {
+    name: 'emulator:micro',
+    about: 'the emulator in this process: generation per scale, CPU per 100-run page through fastify and the handler alone',
+    suite: false,
+    needs: [],
+    build: false,
+    run: (ctx) => runEmulatorMicro(ctx.options.short ? 300 : 3_000),
+  },
+];
+
+export const SCENARIOS: readonly Scenario[] = [...SUITE, ...EXTRA];
