@@ -3,8 +3,9 @@
  * of src/proxy/identity.ts), bound to their Redis key like every value in Redis (codec.ts).
  *
  * Invariants: keys must already be HMACs, never raw credentials; a value that cannot be read
- * (Redis down, another keyring, corrupt JSON) is `undefined`, counted, never thrown; one that
- * was not written under its key, or that the reader's `isValid` refuses, is also deleted.
+ * (Redis down, another keyring, corrupt JSON) is `undefined`, counted, never thrown; so is one
+ * that was not written under its key, or that the reader's `isValid` refuses (never deleted:
+ * RedisConnection.refuse says why).
  *
  * It also lends the lock role (shared-fill.ts) over a namespace (`lockFor`): the first replica
  * to look up a credential asks upstream, the others wait for the identity it shares, as the fill
