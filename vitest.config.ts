@@ -7,14 +7,14 @@ import { configDefaults, defineConfig } from 'vitest/config';
  */
 const UNIT = [
   'test/api/*.test.ts',
-  'test/cache/{breaker,codec,coalesce,fill,memory-tier,policy}.test.ts',
+  'test/cache/{breaker,codec,coalesce,fill,memory-tier,policy,shared-fill}.test.ts',
   'test/config/*.test.ts',
   'test/emulator/dataset.test.ts',
   'test/helm/chart.test.ts',
   'test/ops/management.test.ts',
   'test/proxy/{access-confirmation,judge,read-through-units}.test.ts',
   'test/bench/{docs,mix,options}.test.ts',
-  'test/upstream/{fair-lane,budget-store,fleet-budget}.test.ts',
+  'test/upstream/{answer,fair-lane,budget-store,fleet-budget}.test.ts',
   'test/cache/claims.test.ts',
 ];
 

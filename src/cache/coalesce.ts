@@ -26,6 +26,11 @@ export class Coalescer<T> {
   run(key: string, fn: () => Promise<T>): CoalescedRun<T> {
     const running = this.#inFlight.get(key);
     if (running) return { promise: running, leader: false };
+    // Waiters are handed the promise that settles after the key is released, never before:
+    // 1. fn settles; 2. the key is released (below); 3. the waiters resume. Released after them
+    // instead, a caller that asks again from step 3 (a retry after a failure, a refresh) would
+    // join the run that is over and get its result again rather than lead a new one (prow's
+    // ghcache deletes its entry before the Broadcast for a like reason).
     const promise = startSafely(fn).finally(() => {
       // Only release our own run: by now a later leader may have registered under the key.
       if (this.#inFlight.get(key) === promise) this.#inFlight.delete(key);

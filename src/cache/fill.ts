@@ -1,28 +1,19 @@
 /**
- * The fill mechanism: one upstream request per key in flight on this replica (coalescing), one
- * per key across replicas (a short lock in the shared tier, the others waiting for its entry),
- * and storing what the fill produced. It knows nothing of callers, status codes or access
- * rules: the job's `fetch` says what is an entry to store and what is anything else, which is
- * handed back unstored (policy lives in the read-through; prow's ghcache layers it the same way).
+ * Fills of cache entries: the shared fill (shared-fill.ts: one upstream request per key in flight
+ * on this replica, one per key across replicas through the lock role, the others waiting for its
+ * entry) with what is particular to entries: storing what the fill produced, up to
+ * `maxEntryBytes`, and backfilling the local tiers with an entry another replica stored. It knows
+ * nothing of callers, status codes or access rules: the job's `fetch` says what is an entry to
+ * store and what is anything else, which is handed back unstored (policy lives in the
+ * read-through; prow's ghcache layers it the same way).
  */
 import type { SharedTierBudget } from './budget.js';
-import { Coalescer, type CoalescedRun } from './coalesce.js';
+import type { CoalescedRun } from './coalesce.js';
 import { bodyLengthOf, type CacheEntry } from './entry.js';
+import { SharedFill, type ShareWrite, type SharedFillJob, type SharedLock } from './shared-fill.js';
 
-/**
- * What a replica gets when it asks to fill a key: the lock (`token`), or the fresh entry another
- * replica stored since this one looked (`entry`: nothing to fill), or neither (another replica
- * holds the lock, or Redis cannot answer).
- */
-export type LockClaim = { readonly token: string } | { readonly entry: CacheEntry } | undefined;
-
-/** Cross-replica fill lock (the Redis tier): one replica fills, the others wait for its result. */
-export interface FillLock {
-  /** `acceptStored` false: the lock or nothing, never a stored entry (the fill must ask upstream). */
-  claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget): Promise<LockClaim>;
-  unlock(key: string, token: string): Promise<void>;
-  waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget): Promise<CacheEntry | undefined>;
-}
+/** Cross-replica fill lock (the Redis tier): the lock role over entries. */
+export type FillLock = SharedLock<CacheEntry>;
 
 /** Where fills are stored: `set` in every tier (the promise is the shared write), `backfill` in the local tiers only. */
 export interface FillStore {
@@ -69,59 +60,49 @@ export interface FillerOptions {
 }
 
 export class Filler<R> {
-  readonly #coalescer = new Coalescer<FillResult<R>>();
+  readonly #fill: SharedFill<CacheEntry, FillResult<R>>;
 
-  constructor(private readonly o: FillerOptions) {}
+  constructor(private readonly o: FillerOptions) {
+    this.#fill = new SharedFill({ lock: o.lock, lockTtlMs: o.lockTtlMs, lockWaitMs: o.lockWaitMs });
+  }
 
   /** Runs the job, or joins the one already running for its `fillKey`. */
   run(job: FillJob<R>): CoalescedRun<FillResult<R>> {
-    return this.#coalescer.run(job.fillKey, () => this.#fill(job));
+    return this.#fill.run(this.#shared(job));
   }
 
   /** Is a fill for `fillKey` running on this replica? (A stale hit then needs no refresh of its own.) */
   isRunning(fillKey: string): boolean {
-    return this.#coalescer.isInFlight(fillKey);
+    return this.#fill.isRunning(fillKey);
   }
 
   /** Runs the job on its own, not coalesced (a caller that must be judged by its own answer). */
   runAlone(job: FillJob<R>): Promise<FillResult<R>> {
-    return this.#fill(job);
+    return this.#fill.runAlone(this.#shared(job));
   }
 
-  async #fill(job: FillJob<R>): Promise<FillResult<R>> {
-    const lock = this.o.lock;
-    if (lock === undefined || !job.shareable || job.key !== job.fillKey) return this.#fetchAndStore(job);
-    const claim = await lock.claim(job.key, this.o.lockTtlMs, job.acceptStored, job.budget);
-    // Another replica filled the key between this one's look-up and its claim: nothing to ask.
-    if (claim !== undefined && 'entry' in claim) {
-      this.o.store.backfill(job.key, claim.entry);
-      return { kind: 'entry', entry: claim.entry, stored: true, storedEarlier: true };
-    }
-    if (claim === undefined) {
-      const filled = await lock.waitFor(job.key, this.o.lockWaitMs, job.budget);
-      if (filled === undefined) return this.#fetchAndStore(job);
-      this.o.store.backfill(job.key, filled);
-      return { kind: 'entry', entry: filled, stored: true };
-    }
-    const { token } = claim;
-    let shared: Promise<void> | void = undefined;
-    try {
-      return await this.#fetchAndStore(job, (write) => (shared = write));
-    } finally {
-      // Released once the entry is in Redis, so that a replica waiting on the lock finds it there.
-      void Promise.resolve(shared).then(() => lock.unlock(job.key, token));
-    }
+  /** The fill as a shared-fill job: locked on its key only when the caller may share it and it is the key's own fill. */
+  #shared(job: FillJob<R>): SharedFillJob<CacheEntry, FillResult<R>> {
+    return {
+      key: job.fillKey,
+      lockKey: job.shareable && job.key === job.fillKey ? job.key : undefined,
+      acceptStored: job.acceptStored,
+      budget: job.budget,
+      adopt: (entry, how) => {
+        this.o.store.backfill(job.key, entry);
+        return how === 'stored' ? { kind: 'entry', entry, stored: true, storedEarlier: true } : { kind: 'entry', entry, stored: true };
+      },
+      produce: (share) => this.#fetchAndStore(job, share),
+    };
   }
 
-  async #fetchAndStore(job: FillJob<R>, onShared?: (write: Promise<void> | void) => void): Promise<FillResult<R>> {
+  async #fetchAndStore(job: FillJob<R>, share: ShareWrite): Promise<FillResult<R>> {
     const fetched = await job.fetch();
     if (fetched.kind === 'other') return fetched;
     const entry = fetched.entry;
     const stored = bodyLengthOf(entry) <= this.o.maxEntryBytes;
-    if (stored) {
-      const write = this.o.store.set(job.key, entry, job.budget);
-      onShared?.(write);
-    }
+    // The write to every tier; the lock (if this fill holds it) is released once it landed.
+    if (stored) share(this.o.store.set(job.key, entry, job.budget));
     return { kind: 'entry', entry, stored };
   }
 }

@@ -1,7 +1,7 @@
 /**
  * The cross-replica fill lock: one replica fills a missing key from upstream, the others wait
- * for its entry to appear in the Redis tier instead of asking upstream too. Its shape is the
- * read-through's `FillLock` (src/proxy/read-through.ts).
+ * for its entry to appear in the Redis tier instead of asking upstream too: the lock role of
+ * shared-fill.ts over entries (fill.ts's `FillLock`).
  *
  * Invariants: a lock expires by itself (PX), so a replica that dies holding it delays the
  * others by at most its TTL; only the holder's token releases it; and when Redis cannot answer,
@@ -9,9 +9,9 @@
  */
 import type { SharedTierBudget } from './budget.js';
 import { isFresh, type CacheEntry } from './entry.js';
-import type { LockClaim } from './fill.js';
 import { newLock, STILL_LOCKED, type RedisConnection } from './redis-connection.js';
 import type { RedisTier } from './redis-tier.js';
+import type { LockClaim, SharedLock } from './shared-fill.js';
 
 const SCRIPTS = {
   // The stored entry with whether the lock is still held ({entry, 0|1}); else -1 while the lock
@@ -43,7 +43,7 @@ interface LockCommands {
   tmcClaimFillBuffer(lockKey: string, entryKey: string, token: string, ttlMs: number): Promise<number | Buffer | null>;
 }
 
-export class RedisFillLock {
+export class RedisFillLock implements SharedLock<CacheEntry> {
   readonly #connection: RedisConnection;
   /** Where the filled entries land: waitFor reads them, unlock waits for this replica's write. */
   readonly #tier: RedisTier;
@@ -68,7 +68,7 @@ export class RedisFillLock {
    * fill again for nothing (a CI burst's extra upstream requests). A stored entry that is not
    * fresh (or not valid for its key) is no answer to a fill: then the lock is asked for alone.
    */
-  async claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget): Promise<LockClaim> {
+  async claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget): Promise<LockClaim<CacheEntry>> {
     if (!acceptStored) {
       const token = await this.tryLock(key, ttlMs, budget);
       return token === undefined ? undefined : { token };

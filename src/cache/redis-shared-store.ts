@@ -3,17 +3,19 @@
  * of src/proxy/identity.ts), bound to their Redis key like every value in Redis (codec.ts).
  *
  * Invariants: keys must already be HMACs, never raw credentials; a value that cannot be read
- * (Redis down, another keyring, corrupt JSON) is `undefined`, counted, never thrown; one that
- * was not written under its key, or that the reader's `isValid` refuses, is also deleted.
+ * (Redis down, another keyring, corrupt JSON) is `undefined`, counted, never thrown; so is one
+ * that was not written under its key, or that the reader's `isValid` refuses (never deleted:
+ * RedisConnection.refuse says why).
  *
- * It also coalesces the work that produces a value across replicas (`lock`, `waitFor`): the
- * first replica to look up a credential asks upstream, the others wait for the identity it
- * shares, as the fill lock does for entries (redis-fill-lock.ts). A lock expires by itself;
- * when Redis cannot answer, nobody holds one and nobody waits.
+ * It also lends the lock role (shared-fill.ts) over a namespace (`lockFor`): the first replica
+ * to look up a credential asks upstream, the others wait for the identity it shares, as the fill
+ * lock does for entries (redis-fill-lock.ts). A lock expires by itself; when Redis cannot
+ * answer, nobody holds one and nobody waits.
  */
 import type { SharedTierBudget } from './budget.js';
 import { encodeValue, openValue } from './codec.js';
 import { STILL_LOCKED, type RedisConnection } from './redis-connection.js';
+import type { SharedLock } from './shared-fill.js';
 
 /** What a reader adds to a lookup: its request's budget, and the shape it accepts. */
 export interface SharedReadOptions {
@@ -28,31 +30,31 @@ export class RedisSharedStore {
     this.#connection = connection;
   }
 
-  /** SET NX PX: a token if this replica is to produce the value, undefined if another one is (or Redis cannot answer). */
-  lock(namespace: string, key: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined> {
-    return this.#connection.tryLock(this.#lockKey(namespace, key), ttlMs, budget);
-  }
-
-  unlock(namespace: string, key: string, token: string): Promise<void> {
-    return this.#connection.unlock(this.#lockKey(namespace, key), token);
-  }
-
-  #lockKey(namespace: string, key: string): string {
-    return this.#connection.jsonKey(`${namespace}-lock`, key);
-  }
-
   /**
-   * Waits, at most `timeoutMs`, for the value another replica is producing under its lock:
-   * the value once it is there; undefined once the lock is gone without one (the other replica
-   * was refused, or died), at the timeout, or at once if Redis cannot answer.
+   * The lock role over one namespace's values: `claim` is SET NX PX and never answers a stored
+   * value (its readers looked with `getJson` just before); `waitFor` answers the value another
+   * replica produces under its lock once it is there (read as `getJson` reads it, `isValid`
+   * included), undefined once the lock is gone without one (the other replica was refused, or
+   * died), at the timeout, or at once if Redis cannot answer.
    */
-  waitFor<T>(namespace: string, key: string, timeoutMs: number, options: SharedReadOptions = {}): Promise<T | undefined> {
-    const lockKey = this.#lockKey(namespace, key);
-    return this.#connection.whileLocked(timeoutMs, async () => {
-      const locked = await this.#connection.call('lock', (c) => c.exists(lockKey), options.budget);
-      const value = await this.getJson<T>(namespace, key, options);
-      return value === undefined && locked === 1 ? STILL_LOCKED : value;
-    });
+  lockFor<T>(namespace: string, isValid?: (value: unknown) => boolean): SharedLock<T> {
+    const connection = this.#connection;
+    const lockKey = (key: string): string => connection.jsonKey(`${namespace}-lock`, key);
+    return {
+      claim: async (key, ttlMs, _acceptStored, budget) => {
+        const token = await connection.tryLock(lockKey(key), ttlMs, budget);
+        return token === undefined ? undefined : { token };
+      },
+      unlock: (key, token) => connection.unlock(lockKey(key), token),
+      waitFor: (key, timeoutMs, budget) => {
+        const [held, read] = [lockKey(key), { budget, isValid }];
+        return connection.whileLocked(timeoutMs, async () => {
+          const locked = await connection.call('lock', (c) => c.exists(held), budget);
+          const value = await this.getJson<T>(namespace, key, read);
+          return value === undefined && locked === 1 ? STILL_LOCKED : value;
+        });
+      },
+    };
   }
 
   async getJson<T>(namespace: string, key: string, options: SharedReadOptions = {}): Promise<T | undefined> {

@@ -27,12 +27,12 @@
  *   as for fills and GET /user: the entry is not served on its word.
  */
 import type { SharedTierBudget } from '../cache/budget.js';
-import { Coalescer } from '../cache/coalesce.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { Scope } from '../cache/key.js';
-import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { SharedFill } from '../cache/shared-fill.js';
+import { answerFailure, classifyAnswer } from '../upstream/answer.js';
+import { UPSTREAM_HEADERS, toUpstreamError, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
 import type { Caller, SharedStore } from './identity.js';
-import { describeAnswer, isApiAnswer } from './storable.js';
 
 export type Confirmation =
   | { readonly kind: 'confirmed' }
@@ -52,13 +52,16 @@ export interface ProjectAccessOptions {
 /** Users whose confirmations are remembered at most; forgetting one costs one light request. */
 const MAX_USERS = 100_000;
 const NAMESPACE = 'project-access';
-/** Answers that mean the user may not see the project (the instance hides it as 404 or refuses it as 403). */
-const REVOKED = new Set([403, 404]);
 
 export class ProjectAccess {
   /** user id → project id → confirmed until (ms since epoch). */
   readonly #byUser = new Map<number, Map<number, number>>();
-  readonly #coalescer = new Coalescer<Confirmation>();
+  /**
+   * Confirmations in flight, coalesced per user and project (shared-fill.ts). No cross-replica
+   * lock: replicas that need one confirmation at the same moment each ask (one light request each);
+   * the first one's answer, shared, serves every later look-up.
+   */
+  readonly #confirming = new SharedFill<never, Confirmation>();
 
   constructor(private o: ProjectAccessOptions) {}
 
@@ -92,15 +95,25 @@ export class ProjectAccess {
   /** Confirms through the shared store, else one upstream request; coalesced per user and project. */
   confirm(caller: Caller, authorization: string, projectId: number, budget?: SharedTierBudget): Promise<Confirmation> {
     const key = `${caller.userId}:${projectId}`;
-    return this.#coalescer.run(key, () => this.#lookup(caller.userId, authorization, projectId, key, budget)).promise;
+    const userId = caller.userId;
+    return this.#confirming.run({
+      key,
+      budget,
+      lookup: () => this.#sharedConfirmation(userId, projectId, key, budget),
+      produce: () => this.#ask(userId, authorization, projectId, key, budget),
+    }).promise;
   }
 
-  async #lookup(userId: number, authorization: string, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation> {
+  /** The confirmation another replica shared, until its own expiry. */
+  async #sharedConfirmation(userId: number, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation | undefined> {
     const sharedUntil = await this.o.shared?.getJson<number>(NAMESPACE, key, { budget, isValid: isConfirmedUntil });
-    if (typeof sharedUntil === 'number' && this.o.now() < sharedUntil) {
-      this.#remember(userId, projectId, sharedUntil);
-      return CONFIRMED;
-    }
+    if (typeof sharedUntil !== 'number' || this.o.now() >= sharedUntil) return undefined;
+    this.#remember(userId, projectId, sharedUntil);
+    return CONFIRMED;
+  }
+
+  /** GET /projects/{id} with the user's own credential. */
+  async #ask(userId: number, authorization: string, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation> {
     const askedAt = this.o.now();
     let res: UpstreamResponse;
     try {
@@ -108,17 +121,17 @@ export class ProjectAccess {
     } catch (err) {
       return { kind: 'failed', error: toUpstreamError(err) };
     }
-    // Only the API's own answer is a verdict: an SSO or maintenance page (HTML 200) confirms nothing.
-    if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
-      return { kind: 'failed', error: new UpstreamError('bad-answer', `the upstream answered GET /projects/{id} with ${describeAnswer(res)}, not JSON`) };
-    }
-    if (res.status === 200) {
+    // Only the API's own answer is a verdict: an SSO or maintenance page (HTML 200) confirms
+    // nothing, and a failing instance is no verdict on the user's access (as for GET /user).
+    const failure = answerFailure(res);
+    if (failure !== undefined) return { kind: 'failed', error: failure };
+    const answer = classifyAnswer(res);
+    if (answer === 'ok') {
       this.renew(userId, projectId, askedAt, budget);
       return CONFIRMED;
     }
-    // A failing instance is no verdict on the user's access (as for GET /user in identity.ts).
-    if (res.status >= 500) return { kind: 'failed', error: new UpstreamError('reset', `the upstream answered ${res.status}`) };
-    if (REVOKED.has(res.status)) this.#revoke(userId, projectId, key);
+    // The instance hides the project (404) or refuses it (403): the user may not see it.
+    if (answer === 'forbidden' || answer === 'not-found') this.#revoke(userId, projectId, key);
     return { kind: 'refused', response: res };
   }
 

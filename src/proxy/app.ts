@@ -25,8 +25,7 @@ import type { InvalidationBus } from '../cache/invalidation.js';
 import type { Recorder } from '../ops/recorder.js';
 import { AccessRules } from './access.js';
 import { ProjectAccess, userProjectTag } from './access-confirmation.js';
-import { Coalescer } from '../cache/coalesce.js';
-import { IdentityResolver, type IdentityLookupResult, type SharedStore } from './identity.js';
+import { IdentityResolver, type IdentityLookupResult, type SharedLocks, type SharedStore } from './identity.js';
 import { forwardOnly } from './forwarding.js';
 import { passthroughRequestLogger, registerPassthrough } from './passthrough.js';
 import { exchangeOf } from './exchange.js';
@@ -51,6 +50,8 @@ export interface ProxyDeps {
   readonly logger: Logger;
   readonly hmacSecret: Buffer;
   readonly shared?: SharedStore | undefined;
+  /** Where identity look-ups take their cross-replica lock (the shared store's lock role). */
+  readonly sharedLocks?: SharedLocks | undefined;
   /** Carries forgotten credentials between replicas (the invalidation bus). */
   readonly bus?: InvalidationBus | undefined;
   readonly lock?: FillLock | undefined;
@@ -162,8 +163,8 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     refusedMaxBytes: config.identity.refusedMaxBytes,
     hmacSecret: deps.hmacSecret,
     upstream: deps.identityUpstream ?? deps.upstream,
-    coalescer: new Coalescer(),
     shared: deps.shared,
+    sharedLocks: deps.sharedLocks,
     retryAfter: gate,
     bus: deps.bus,
     now,

@@ -23,13 +23,13 @@
  */
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import type { SharedTierBudget } from '../cache/budget.js';
-import type { Coalescer } from '../cache/coalesce.js';
 import type { InvalidationBus, InvalidationMessage } from '../cache/invalidation.js';
 import { hmacCredential, userScope, type Scope } from '../cache/key.js';
+import { SharedFill, type ShareWrite, type SharedFillJob, type SharedLock } from '../cache/shared-fill.js';
+import { answerFailure, classifyAnswer } from '../upstream/answer.js';
 import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import { IdentityMemo, normalizeAuthorization, type IdentityMemoOptions } from './identity-memo.js';
 import type { RetryAfterGate } from './retry-after.js';
-import { describeAnswer, isApiAnswer } from './storable.js';
 
 export interface Caller {
   readonly userId: number;
@@ -52,10 +52,11 @@ export interface SharedStore {
   /** `isValid`: what the reader accepts; anything else read back is a miss (and dropped). */
   getJson<T>(namespace: string, key: string, options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean }): Promise<T | undefined>;
   setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void>;
-  /** Cross-replica coalescing of a look-up (optional): see RedisSharedStore. */
-  lock?(namespace: string, key: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined>;
-  unlock?(namespace: string, key: string, token: string): Promise<void>;
-  waitFor?<T>(namespace: string, key: string, timeoutMs: number, options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean }): Promise<T | undefined>;
+}
+
+/** The lock role (shared-fill.ts) over a namespace of the shared store, values read back as `isValid` accepts (RedisSharedStore). */
+export interface SharedLocks {
+  lockFor<T>(namespace: string, isValid?: (value: unknown) => boolean): SharedLock<T>;
 }
 
 export type IdentityLookupResult = 'memo' | 'shared' | 'upstream' | 'refused' | 'error';
@@ -70,8 +71,9 @@ export interface IdentityOptions extends IdentityMemoOptions {
   readonly lockWaitMs?: number;
   readonly hmacSecret: Buffer;
   readonly upstream: Upstream;
-  readonly coalescer: Coalescer<IdentityResult>;
   readonly shared?: SharedStore | undefined;
+  /** Where a replica's look-up takes its lock, so that the others wait for the identity it shares (Redis); memory-only has none. */
+  readonly sharedLocks?: SharedLocks | undefined;
   /** Bounds the Retry-After of a relayed refusal (`upstream.maxRetryAfterMs`). */
   readonly retryAfter: Pick<RetryAfterGate, 'bounded'>;
   /** Where forgotten credentials are announced to, and heard from, the other replicas. */
@@ -85,8 +87,12 @@ interface SharedIdentity {
   readonly until: number;
 }
 
+type SharedIdentityValue = SharedIdentity | null;
+
 export class IdentityResolver {
   private readonly memo: IdentityMemo;
+  /** Look-ups in flight: coalesced per credential here, one replica asking upstream for the fleet. */
+  readonly #lookups: SharedFill<SharedIdentityValue, IdentityResult>;
 
   /** New identity and access TTLs (a reload): identities verified from now on follow them. */
   reconfigure(ttls: Pick<IdentityOptions, 'ttlMs' | 'accessTtlMs' | 'refusedTtlMs'>): void {
@@ -96,6 +102,11 @@ export class IdentityResolver {
 
   constructor(private options: IdentityOptions) {
     this.memo = new IdentityMemo(options);
+    this.#lookups = new SharedFill({
+      lock: options.sharedLocks?.lockFor<SharedIdentityValue>('identity', isSharedIdentity),
+      lockTtlMs: options.lockTtlMs ?? 5_000,
+      lockWaitMs: options.lockWaitMs ?? 2_000,
+    });
     options.bus?.onInvalidate((message) => this.onInvalidation(message));
   }
 
@@ -125,20 +136,19 @@ export class IdentityResolver {
       this.options.onLookup?.('refused');
       return Promise.resolve({ kind: 'refused', response: refused });
     }
-    return this.options.coalescer.run(credentialId, () => this.#counted(this.lookup(authorization, credentialId, budget))).promise;
+    const run = this.#lookups.run(this.#lookup(authorization, credentialId, budget));
+    if (run.leader) this.#count(run.promise);
+    return run.promise;
   }
 
-  /** One look-up's result, counted once however many requests wait for it. */
-  async #counted(lookup: Promise<IdentityResult>): Promise<IdentityResult> {
+  /** One look-up's result, counted once however many requests wait for it (counted before any of them sees it). */
+  #count(lookup: Promise<IdentityResult>): void {
     const onLookup = this.options.onLookup;
-    try {
-      const result = await lookup;
-      onLookup?.(result.kind === 'refused' ? 'refused' : (result.via ?? 'upstream'));
-      return result;
-    } catch (err) {
-      onLookup?.('error');
-      throw err;
-    }
+    if (onLookup === undefined) return;
+    void lookup.then(
+      (result) => onLookup(result.kind === 'refused' ? 'refused' : (result.via ?? 'upstream')),
+      () => onLookup('error'),
+    );
   }
 
   /** After an upstream 401 for this credential: never trust it again without asking. */
@@ -178,27 +188,26 @@ export class IdentityResolver {
     return this.memo.stats();
   }
 
-  private async lookup(authorization: string, credentialId: string, budget?: SharedTierBudget): Promise<IdentityResult> {
-    const store = this.options.shared;
-    const read = { budget, isValid: isSharedIdentity };
-    const shared = await store?.getJson<SharedIdentity | null>('identity', credentialId, read);
-    if (this.#trusted(shared)) return this.#fromShared(authorization, credentialId, shared, budget);
-    // Another replica may be asking upstream for this credential right now (a fleet's first
-    // burst): wait for the identity it shares rather than ask too. A replica that dies holding
-    // the lock, or is refused, costs the others one wait of at most lockWaitMs, then they ask.
-    let token: string | undefined;
-    if (store?.lock && store.unlock && store.waitFor) {
-      token = await store.lock('identity', credentialId, this.options.lockTtlMs ?? 5_000, budget);
-      if (token === undefined) {
-        const waited = await store.waitFor<SharedIdentity | null>('identity', credentialId, this.options.lockWaitMs ?? 2_000, read);
-        if (this.#trusted(waited)) return this.#fromShared(authorization, credentialId, waited, budget);
-      }
-    }
-    try {
-      return await this.#askUpstream(authorization, credentialId, budget, token !== undefined);
-    } finally {
-      if (token !== undefined) await store!.unlock!('identity', credentialId, token);
-    }
+  /**
+   * A credential's look-up: the identity another replica shared, else GET /user. Another replica
+   * may be asking upstream for this credential right now (a fleet's first burst): this one waits
+   * for the identity it shares rather than ask too. A replica that dies holding the lock, or is
+   * refused, costs the others one wait of at most lockWaitMs, then they ask.
+   */
+  #lookup(authorization: string, credentialId: string, budget: SharedTierBudget | undefined): SharedFillJob<SharedIdentityValue, IdentityResult> {
+    return {
+      key: credentialId,
+      lockKey: credentialId,
+      // Replicas waiting for this identity find it, and so does a request to another replica after this answer.
+      answerAfterShare: true,
+      budget,
+      lookup: async () => {
+        const shared = await this.options.shared?.getJson<SharedIdentityValue>('identity', credentialId, { budget, isValid: isSharedIdentity });
+        return this.#trusted(shared) ? this.#fromShared(authorization, credentialId, shared, budget) : undefined;
+      },
+      adopt: (waited) => (this.#trusted(waited) ? this.#fromShared(authorization, credentialId, waited, budget) : undefined),
+      produce: (share) => this.#askUpstream(authorization, credentialId, budget, share),
+    };
   }
 
   /** Trusted until the expiry its first verifier stored, never longer (an older form without one is not trusted). */
@@ -210,26 +219,24 @@ export class IdentityResolver {
     return { kind: 'caller', via: 'shared', caller: await this.remember(authorization, credentialId, shared.userId, shared.until, budget) };
   }
 
-  /** GET /user with the credential. `others`: replicas wait for what is shared here, so the share is awaited. */
-  async #askUpstream(authorization: string, credentialId: string, budget: SharedTierBudget | undefined, others: boolean): Promise<IdentityResult> {
+  /** GET /user with the credential; `share` is handed the write of the identity, which replicas waiting for it read. */
+  async #askUpstream(authorization: string, credentialId: string, budget: SharedTierBudget | undefined, share: ShareWrite): Promise<IdentityResult> {
     // Counted from the question, not the answer: the identity never outlives identity.ttlMs.
     const until = this.options.now() + this.options.ttlMs;
     const res = await this.options.upstream.get('/api/v1/user', { authorization, ...UPSTREAM_HEADERS });
-    // Only the API's own answer is a verdict: an SSO page (HTML 200) is no caller, whatever it holds.
-    if (res.status < 500 && res.status !== 429 && !isApiAnswer(res)) {
-      throw new UpstreamError('bad-answer', `the upstream answered GET /user with ${describeAnswer(res)}, not JSON`);
-    }
-    if (res.status === 200) {
+    // Only the API's own answer is a verdict: an SSO page (HTML 200) is no caller, whatever it
+    // holds; an instance that fails is no verdict on the credential (the caller may get stale answers).
+    const failure = answerFailure(res, 'GET /user');
+    if (failure !== undefined) throw failure;
+    const answer = classifyAnswer(res);
+    if (answer === 'ok') {
       const userId = parseUserId(decodedBody(res));
       if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
       const shared: SharedIdentity = { userId, until };
-      const sharing = this.options.shared?.setJson('identity', credentialId, shared, until - this.options.now(), budget);
-      if (others) await sharing;
+      share(this.options.shared?.setJson('identity', credentialId, shared, until - this.options.now(), budget));
       return { kind: 'caller', via: 'upstream', caller: await this.remember(authorization, credentialId, userId, until, budget) };
     }
-    // An instance that fails is not a verdict on the credential: the caller may get stale answers.
-    if (res.status >= 500) throw new UpstreamError('reset', `the upstream answered ${res.status} to GET /user`);
-    if (res.status === 401) {
+    if (answer === 'unauthorized') {
       this.forget(authorization);
       this.memo.refuse(credentialId, res, this.options.now());
     }

@@ -28,14 +28,15 @@ import type { CoalescedRun } from '../cache/coalesce.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
-import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { answerFailure, classifyAnswer } from '../upstream/answer.js';
+import { UPSTREAM_HEADERS, toUpstreamError, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
 import { projectOf, type ProjectAccess } from './access-confirmation.js';
 import { ownerOf, type Decision } from './decide.js';
 import { judge, type FillVerdict, type Found, type Occasion } from './judge.js';
 import type { RetryAfterGate } from './retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './served.js';
-import { describeAnswer, isApiAnswer, isStorable, makeEntry } from './storable.js';
+import { isStorable, makeEntry } from './storable.js';
 
 export type { Found } from './judge.js';
 
@@ -217,7 +218,7 @@ export class ReadThrough {
         const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS }, d.caller.userId);
         d.upstreamMs = performance.now() - started;
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
-        if (isApiAnswer(res)) access.afterFill(answered, res.status);
+        if (classifyAnswer(res) !== 'not-json') access.afterFill(answered, res.status);
         if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };
         const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d));
         // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
@@ -237,7 +238,7 @@ export class ReadThrough {
       const response = res.headers['retry-after'] === undefined ? withHeader(res, 'retry-after', String(Math.ceil(waitMs / 1000))) : this.o.gate.bounded(res, now);
       return { kind: 'relay', response, outcome: { kind, upstreamStatus: 429 } };
     }
-    const failure = failureOf(res);
+    const failure = answerFailure(res);
     if (failure !== undefined) {
       if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now, status);
       if (stale) return staleOnError(stale, status);
@@ -246,13 +247,6 @@ export class ReadThrough {
     this.o.access.afterRefusal(answeredRequest(d), status);
     return { kind: 'relay', response: this.o.gate.bounded(res, now), outcome: { kind, upstreamStatus: status } };
   }
-}
-
-/** An answer that is the upstream failing, not a verdict on the request: a 5xx, or not the API's kind of answer. */
-function failureOf(res: UpstreamResponse): UpstreamError | undefined {
-  if (res.status >= 500) return new UpstreamError('reset', `the upstream answered ${res.status}`);
-  if (!isApiAnswer(res)) return new UpstreamError('bad-answer', `the upstream answered ${describeAnswer(res)}, not JSON`);
-  return undefined;
 }
 
 /** The instance itself failed, as opposed to tm-cache declining to ask it (`queue-full`, `closed`). */

@@ -98,6 +98,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     logger,
     hmacSecret,
     shared: redis?.sharedStore,
+    sharedLocks: redis?.sharedStore,
     bus: redis?.bus,
     lock: redis?.fillLock,
     now,

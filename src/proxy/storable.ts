@@ -7,59 +7,21 @@
  *
  * The Read API answers JSON, so an answer that is not JSON is not the API speaking (an SSO login
  * page in front of the instance, a captive portal): it is never stored nor taken as a verdict on
- * the caller, and the read-through answers 502 naming what came back (`describeAnswer`).
+ * the caller, and the read-through answers 502 naming what came back (upstream/answer.ts).
  */
 import { hash } from 'node:crypto';
 import type { CanonicalRequest } from '../api/normalize.js';
 import type { CacheEntry } from '../cache/entry.js';
 import { operationTag, type Scope } from '../cache/key.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
+import { classifyAnswer } from '../upstream/answer.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { projectOfTags, userProjectTag } from './access-confirmation.js';
 
 export function isStorable(res: UpstreamResponse): boolean {
-  if (res.status !== 200 || !isJsonAnswer(res)) return false;
+  if (classifyAnswer(res) !== 'ok') return false;
   const coding = res.headers['content-encoding'];
   return coding === undefined || coding === 'identity';
-}
-
-/**
- * Is this the API's kind of answer? JSON by its Content-Type (`application/json` or a `+json`
- * type, RFC 6839 §3.1), a redirect, which is relayed whole (RFC 9110 §15.4), or a 401/403,
- * relayed untouched, whatever their bodies.
- * A 304/204 never reaches here: fills are unconditional GETs of documents.
- */
-export function isApiAnswer(res: UpstreamResponse): boolean {
-  // 401 and 403 pass through untouched whatever they carry: they are the instance's (or its
-  // gateway's) verdict on the credential, and the client must see it as it is.
-  return (res.status >= 300 && res.status < 400) || res.status === 401 || res.status === 403 || isJsonAnswer(res);
-}
-
-/** The last Content-Type seen and its verdict: an instance answers with one or two values, so a miss parses none. */
-let lastContentType: string | undefined;
-let lastIsJson = false;
-
-function isJsonAnswer(res: UpstreamResponse): boolean {
-  const value = res.headers['content-type'];
-  if (typeof value === 'string' && value === lastContentType) return lastIsJson;
-  const type = mediaTypeOf(value);
-  const json = type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json'));
-  if (typeof value === 'string') {
-    lastContentType = value;
-    lastIsJson = json;
-  }
-  return json;
-}
-
-/** What came back, for a message: `200 text/html`. The media type only, cut short: it is the upstream's text. */
-export function describeAnswer(res: UpstreamResponse): string {
-  const type = mediaTypeOf(res.headers['content-type']);
-  return `${res.status} ${type === '' ? 'without a Content-Type' : type.replace(/[^\w.+/-]/g, '').slice(0, 80)}`;
-}
-
-function mediaTypeOf(contentType: string | string[] | undefined): string {
-  const value = Array.isArray(contentType) ? contentType[0] : contentType;
-  return value === undefined ? '' : value.split(';', 1)[0]!.trim().toLowerCase();
 }
 
 /**

@@ -195,3 +195,36 @@ describe('RedisSharedStore', () => {
     expect(await sharedStore.getJson('ns', 'k')).toBeUndefined();
   });
 });
+
+describe('RedisSharedStore.lockFor: the lock role over a namespace of shared values', () => {
+  it('grants one replica the lock, never a stored value, and hands a waiter the value the holder shares', async () => {
+    const prefix = uniquePrefix();
+    const [holder, waiter] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    await holder.sharedStore.setJson('ns', 'other', { n: 0 }, 60_000);
+    const [mine, theirs] = [holder.sharedStore.lockFor<{ n: number }>('ns'), waiter.sharedStore.lockFor<{ n: number }>('ns')];
+    expect(await mine.claim('other', 10_000, true)).toEqual({ token: expect.any(String) });
+    const claim = await mine.claim('k', 10_000, true);
+    expect(claim).toEqual({ token: expect.any(String) });
+    expect(await redis.raw.pttl(holder.connection.jsonKey('ns-lock', 'k'))).toBeGreaterThan(9_000);
+    expect(await theirs.claim('k', 10_000, true)).toBeUndefined();
+    const waiting = theirs.waitFor('k', 10_000);
+    await holder.sharedStore.setJson('ns', 'k', { n: 1 }, 60_000);
+    await mine.unlock('k', (claim as { token: string }).token);
+    expect(await waiting).toEqual({ n: 1 });
+    expect(await redis.raw.exists(holder.connection.jsonKey('ns-lock', 'k'))).toBe(0);
+  });
+
+  it('gives up waiting once the lock is gone without a value, refusing (and counting) what the reader does not accept', async () => {
+    const prefix = uniquePrefix();
+    const [holder, waiter] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
+    const claim = await holder.sharedStore.lockFor('ns').claim('k', 60_000, false);
+    await holder.sharedStore.setJson('ns', 'k', 'not a number', 60_000);
+    let settled = false;
+    const waiting = waiter.sharedStore.lockFor<number>('ns', (v) => typeof v === 'number').waitFor('k', 20_000).finally(() => (settled = true));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(settled).toBe(false);
+    await holder.sharedStore.lockFor('ns').unlock('k', (claim as { token: string }).token);
+    expect(await waiting).toBeUndefined();
+    expect(waiter.connection.stats().byKind['invalid']).toBeGreaterThanOrEqual(1);
+  });
+});

@@ -1,0 +1,134 @@
+/**
+ * Coalesce here, one replica produces, the others wait: the one mechanism behind fills of cache
+ * entries (fill.ts), identity look-ups (`GET /user`) and project access confirmations.
+ *
+ *   run(job) ── another run of job.key on this replica? ─▶ shares its promise (coalesced)
+ *        ▼ leads (coalesce.ts)
+ *   lookup: already shared by another replica? ─▶ that
+ *        ▼ not there (or no lookup)
+ *   the lock role (Redis), for a job with a lockKey:
+ *        ├ claim ─▶ the value another replica stored since the look-up ─▶ adopt('stored')
+ *        ├ claim ─▶ another replica holds the lock ─▶ waitFor ≤ lockWaitMs ─▶ adopt('waited')
+ *        │                                                nothing usable ─▶ produce, unlocked
+ *        └ claim ─▶ the lock ─▶ produce ─▶ unlock once the share landed
+ *   no lock role (memory only), no lockKey: produce
+ *
+ * It knows nothing of entries, callers, status codes or access rules: the job says how to look,
+ * what another replica's value makes of it, and how to produce (and share) its own. Its lock
+ * and its producer are fields, so fakes test it (prow's ghcache coalescer over a fake executor).
+ *
+ * Invariants:
+ * - One `produce` per key in flight on this replica; its result or rejection is every waiter's.
+ * - A replica that dies holding the lock delays the others by at most `lockWaitMs` (its lock
+ *   expires after `lockTtlMs` by itself); a lock role that cannot answer grants nothing and waits
+ *   for nothing, so every replica produces by itself.
+ * - The lock is released only once the produced value's shared write has landed: a waiter that
+ *   saw the lock gone before the value would produce again for nothing. The release never holds
+ *   the result back unless the job asks (`answerAfterShare`).
+ */
+import type { SharedTierBudget } from './budget.js';
+import { Coalescer, type CoalescedRun } from './coalesce.js';
+
+/**
+ * What a replica gets when it claims a key: the lock (`token`), or the value another replica
+ * stored since this one looked (`entry`: nothing to produce), or neither (another replica holds
+ * the lock, or the lock role cannot answer).
+ */
+export type LockClaim<V> = { readonly token: string } | { readonly entry: V } | undefined;
+
+/** The lock role: one replica produces a key's value, the others wait for it. Redis implements it; memory-only has none. */
+export interface SharedLock<V> {
+  /** `acceptStored` false: the lock or nothing, never a stored value (the job must produce). */
+  claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget): Promise<LockClaim<V>>;
+  /** Releases the lock if it still holds `token`. */
+  unlock(key: string, token: string): Promise<void>;
+  /** The value another replica produced under its lock; undefined at `timeoutMs`, once the lock is gone without one, or at once when the role cannot answer. */
+  waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget): Promise<V | undefined>;
+}
+
+/** Hands the mechanism the write that shares a produced value (the lock is released once it lands). */
+export type ShareWrite = (write: Promise<void> | void) => void;
+
+export interface SharedFillJob<V, R> {
+  /** What concurrent identical runs on this replica coalesce on. */
+  readonly key: string;
+  /** What the cross-replica lock is taken on; undefined: this job neither locks nor waits (it may not share the value). */
+  readonly lockKey?: string | undefined;
+  /** May a value another replica stored since the look-up answer this job? (Default: no, the lock or nothing.) */
+  readonly acceptStored?: boolean | undefined;
+  /**
+   * Is the result handed back only once its share landed and the lock is released? (An identity:
+   * a request to another replica after this one's answer finds it.) Fills answer at once.
+   */
+  readonly answerAfterShare?: boolean | undefined;
+  /** The request's allowance for the lock's round trips (budget.ts). */
+  readonly budget?: SharedTierBudget | undefined;
+  /** A look at what is already shared, before the lock: the result, or undefined to go on. */
+  lookup?(): Promise<R | undefined>;
+  /** What another replica's value makes of this job (stored before the claim, or waited for); undefined: not usable, produce. */
+  adopt?(value: V, how: 'stored' | 'waited'): R | undefined | Promise<R | undefined>;
+  /** Produces the result (asks upstream); hands `share` the write that makes it visible to the other replicas. */
+  produce(share: ShareWrite): Promise<R>;
+}
+
+/** Without a lock role every replica produces by itself; with one, how long its lock holds and others wait. */
+type SharedFillOptions<V> =
+  | { readonly lock?: undefined }
+  | {
+      readonly lock: SharedLock<V> | undefined;
+      /** How long a lock holds if its owner never releases it (`cache.redis.lockTtlMs`). */
+      readonly lockTtlMs: number;
+      /** How long a replica waits for another's value before producing itself (`cache.redis.lockWaitMs`). */
+      readonly lockWaitMs: number;
+    };
+
+const IGNORE_SHARE: ShareWrite = () => undefined;
+
+export class SharedFill<V, R> {
+  readonly #coalescer = new Coalescer<R>();
+
+  constructor(private readonly o: SharedFillOptions<V> = {}) {}
+
+  /** Runs the job, or joins the run already in flight for its key. */
+  run(job: SharedFillJob<V, R>): CoalescedRun<R> {
+    return this.#coalescer.run(job.key, () => this.#fill(job));
+  }
+
+  /** Runs the job on its own, not coalesced (a caller that must be judged by its own answer). */
+  runAlone(job: SharedFillJob<V, R>): Promise<R> {
+    return this.#fill(job);
+  }
+
+  /** Is a run of `key` in flight on this replica? */
+  isRunning(key: string): boolean {
+    return this.#coalescer.isInFlight(key);
+  }
+
+  async #fill(job: SharedFillJob<V, R>): Promise<R> {
+    if (job.lookup !== undefined) {
+      const found = await job.lookup();
+      if (found !== undefined) return found;
+    }
+    const o = this.o;
+    const lockKey = job.lockKey;
+    if (o.lock === undefined || lockKey === undefined) return job.produce(IGNORE_SHARE);
+    const lock = o.lock;
+    const claim = await lock.claim(lockKey, o.lockTtlMs, job.acceptStored === true, job.budget);
+    // Stored by another replica since this one looked (no lock was taken): adopted if usable.
+    if (claim !== undefined && 'entry' in claim) return this.#adoptOrProduce(job, claim.entry, 'stored');
+    // Another replica holds the lock (or the role cannot answer): its value, else this one's own, unlocked.
+    if (claim === undefined) return this.#adoptOrProduce(job, await lock.waitFor(lockKey, o.lockWaitMs, job.budget), 'waited');
+    let shared: Promise<void> | void = undefined;
+    try {
+      return await job.produce((write) => (shared = write));
+    } finally {
+      const released = Promise.resolve(shared).then(() => lock.unlock(lockKey, claim.token));
+      if (job.answerAfterShare === true) await released;
+    }
+  }
+
+  async #adoptOrProduce(job: SharedFillJob<V, R>, theirs: V | undefined, how: 'stored' | 'waited'): Promise<R> {
+    const adopted = theirs === undefined || job.adopt === undefined ? undefined : await job.adopt(theirs, how);
+    return adopted !== undefined ? adopted : job.produce(IGNORE_SHARE);
+  }
+}
