@@ -262,6 +262,8 @@ describe('environment variables and flags', () => {
     { setting: 'admin.token', env: 'TM_CACHE_ADMIN_TOKEN', raw: 'an-admin-token-of-24-chars', value: 'an-admin-token-of-24-chars' },
     { setting: 'cache.redis.username', env: 'TM_CACHE_REDIS_USERNAME', raw: 'tm-cache', value: 'tm-cache' },
     { setting: 'cache.redis.password', env: 'TM_CACHE_REDIS_PASSWORD', raw: 's3cret pass', value: 's3cret pass' },
+    { setting: 'cache.redis.commandTimeoutMs', env: 'TM_CACHE_REDIS_COMMAND_TIMEOUT_MS', raw: '250', value: 250 },
+    { setting: 'cache.redis.lockWaitMs', env: 'TM_CACHE_REDIS_LOCK_WAIT_MS', raw: '5000', value: 5000 },
     { setting: 'cache.redis.sentinelPassword', env: 'TM_CACHE_REDIS_SENTINEL_PASSWORD', raw: 'sentinel-pw', value: 'sentinel-pw' },
   ];
 
