@@ -11,6 +11,8 @@
  *
  * Validation happens once, on the merged result, and reports every problem at once; each names
  * the setting, where the value came from, the value (secrets as `<redacted>`) and what is allowed.
+ * The TLS files (`server.tls`) are read and checked too (tls-files.ts): a pair that cannot be
+ * served fails the load, at start as on a reload.
  * The CLI prints `ConfigError.message` and exits 2. After that, the code trusts the `Config`.
  */
 import { resolve } from 'node:path';
