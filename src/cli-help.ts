@@ -21,6 +21,9 @@ const SERVE_PHRASES: Readonly<Record<string, { value: string; text: string }>> =
   'server.managementHost': { value: 'H', text: 'address of the management port (default 127.0.0.1)' },
   'server.managementPort': { value: 'M', text: 'management port: /healthz, /readyz, /metrics (default 9090)' },
   'server.logLevel': { value: 'L', text: 'fatal, error, warn, info, debug, trace or silent (default info)' },
+  'server.tls.certFile': { value: 'F', text: 'PEM certificate chain: both ports serve HTTPS (default: plain HTTP); re-read on SIGHUP and when it changes' },
+  'server.tls.keyFile': { value: 'F', text: 'PEM private key of that certificate (both files or neither)' },
+  'server.tls.clientCaFile': { value: 'F', text: 'PEM CA(s) of client certificates, then required on the proxy port (default: none asked)' },
   'cache.redis.url': { value: 'URL', text: 'redis:// or rediss:// URL of the shared tier (default: memory only); needs TM_CACHE_HMAC_SECRET or encryption keys' },
 };
 

@@ -11,6 +11,8 @@
  *
  * Validation happens once, on the merged result, and reports every problem at once; each names
  * the setting, where the value came from, the value (secrets as `<redacted>`) and what is allowed.
+ * The TLS files (`server.tls`) are read and checked too (tls-files.ts): a pair that cannot be
+ * served fails the load, at start as on a reload.
  * The CLI prints `ConfigError.message` and exits 2. After that, the code trusts the `Config`.
  */
 import { resolve } from 'node:path';
@@ -18,7 +20,8 @@ import { parseFlags } from './flags.js';
 import { relationProblems } from './relations.js';
 import { DEFAULT_CONFIG, deepFreeze, type Config } from './schema.js';
 import { CONFIG_OVERRIDES, envLayer, flagLayer, mergeLayers, nonEmpty, readConfigFile, readConfigFileAsync, type Layer } from './sources.js';
-import { validateMerged } from './validate.js';
+import { readTlsMaterial, usesTls } from './tls-files.js';
+import { validateMerged, type Origin } from './validate.js';
 import { ConfigError } from './errors.js';
 
 export { CONFIG_OVERRIDES, type ConfigOverride } from './sources.js';
@@ -89,8 +92,16 @@ function buildConfig(options: LoadConfigOptions, flags: ReadonlyMap<string, stri
 
   problems.push(...validateMerged(merged, origin));
   if (problems.length === 0) problems.push(...relationProblems(merged as unknown as Config, origin));
+  if (problems.length === 0) problems.push(...tlsFileProblems(merged as unknown as Config, origin));
   if (problems.length > 0) throw ConfigError.fromProblems(problems);
   return deepFreeze(fillResourceRules(merged as unknown as Config));
+}
+
+/** The TLS files are read and checked here too, so that a reload with a bad pair is refused as a whole. */
+function tlsFileProblems(config: Config, origin: Origin): readonly string[] {
+  if (!usesTls(config.server.tls)) return [];
+  const read = readTlsMaterial(config.server.tls, origin);
+  return 'problems' in read ? read.problems : [];
 }
 
 /** `https://tm.example.com/api/v1/` → `https://tm.example.com`: the proxy adds `/api/v1` itself. */

@@ -7,7 +7,7 @@ import type { Config } from './schema.js';
 import { describeProblem, originOf, type Origin } from './validate.js';
 
 export function relationProblems(config: Config, origin: Origin): string[] {
-  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin)];
+  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin), ...tlsProblems(config, origin)];
 }
 
 function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
@@ -117,4 +117,17 @@ function budgetProblems({ upstream: { budget } }: Config, origin: Origin): strin
     describeProblem('upstream.budget.burst', budget.burst,
       '0 when upstream.budget.requestsPerSecond is 0 (a learned budget\'s burst follows its rate: one second\'s worth); set requestsPerSecond to fix the budget', origin),
   ];
+}
+
+/**
+ * TLS needs a certificate and its key: one without the other is a mistake (a half-mounted
+ * Secret), never a reason to serve plain HTTP. A client CA means nothing without TLS.
+ */
+function tlsProblems({ server: { tls } }: Config, origin: Origin): string[] {
+  if (tls.certFile !== '' && tls.keyFile === '') return [describeProblem('server.tls.keyFile', tls.keyFile, 'the path of the certificate\'s private key, since server.tls.certFile is set (both files or neither)', origin)];
+  if (tls.certFile === '' && tls.keyFile !== '') return [describeProblem('server.tls.certFile', tls.certFile, 'the path of the certificate for server.tls.keyFile (both files or neither)', origin)];
+  if (tls.certFile === '' && tls.clientCaFile !== '') {
+    return [describeProblem('server.tls.clientCaFile', tls.clientCaFile, 'empty without TLS: set server.tls.certFile and server.tls.keyFile too', origin)];
+  }
+  return [];
 }

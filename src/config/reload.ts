@@ -5,7 +5,9 @@
  * half-applied — freshness rules (new entries follow them), the log level and access log, the
  * admin token, identity and access TTLs, Retry-After defaults, health.requireUpstream. Everything
  * else (listeners, the upstream pool, Redis, memory bounds, secrets that key stored values) stays
- * as started until a restart; a reload names those settings in its log line.
+ * as started until a restart; a reload names those settings in its log line. The TLS files keep
+ * their paths until a restart, but what they hold is read again on every reload (a new
+ * certificate is served from the next connection on: proxy/certificates.ts).
  */
 import type { Logger } from 'pino';
 import type { Config } from './schema.js';
@@ -74,28 +76,50 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+/** How a reload ended, as the log line and `tm_cache_reloads_total{result}` say it. */
+export type ReloadResult = 'applied' | 'restart_needed' | 'unchanged' | 'refused';
+
 /** What a reload needs of the running proxy. */
 export interface Reconfigurable {
   readonly config: Config;
   reconfigure(next: Config): void;
+  /** Counts how a reload ended (metrics). */
+  countReload?(result: ReloadResult): void;
+}
+
+export function resultOf(plan: ReloadPlan): ReloadResult {
+  return plan.applied.length > 0 ? 'applied' : plan.needRestart.length > 0 ? 'restart_needed' : 'unchanged';
+}
+
+/**
+ * The logger for what an operator's own act did (a reload, a certificate rotation): such lines are
+ * written at warn whatever the level, so that a reload to `error` still says it happened. Only
+ * `silent` silences them, as it was asked to.
+ */
+export function noticeLogger(logger: Logger): Logger {
+  return logger.level === 'silent' || logger.isLevelEnabled('warn') ? logger : logger.child({}, { level: 'warn' });
 }
 
 /**
  * SIGHUP: reads the sources again (`load`: config file, environment, the original flags), applies
  * what can change at runtime and logs what changed and what needs a restart. A file that does not
  * load or validate changes nothing: its problems are logged (never a value) and the running config stays.
+ * Either way the line is written at warn or above (`noticeLogger`), after the new log level is set.
  */
 export async function reload(load: () => Promise<Config>, running: Reconfigurable, logger: Logger): Promise<ReloadPlan | undefined> {
   let next: Config;
   try {
     next = await load();
   } catch (err) {
-    logger.error({ problems: err instanceof Error ? err.message : String(err) }, 'reload refused: the running configuration is kept');
+    noticeLogger(logger).error({ result: 'refused', problems: err instanceof Error ? err.message : String(err) }, 'reload refused: the running configuration is kept');
+    running.countReload?.('refused');
     return undefined;
   }
   const plan = planReload(running.config, next);
   running.reconfigure(next);
-  logger.info({ applied: plan.applied, needRestart: plan.needRestart }, plan.applied.length + plan.needRestart.length === 0 ? 'reloaded: nothing changed' : 'reloaded');
+  const result = resultOf(plan);
+  noticeLogger(logger).warn({ result, applied: plan.applied, needRestart: plan.needRestart }, result === 'unchanged' ? 'reloaded: nothing changed' : 'reloaded');
+  running.countReload?.(result);
   return plan;
 }
 

@@ -41,10 +41,14 @@ const integer = (minimum: number, maximum: number, value?: number, more?: object
 const durationMs = (min: number, value?: number, more?: Annotations) => integer(min, MAX_TIMER_MS, value, more);
 const count = (min: number, value: number) => integer(min, Number.MAX_SAFE_INTEGER, value);
 const port = (value: number, more: Annotations) => integer(0, 65_535, value, { note: '0 picks a free port', ...more });
-const boolean = (value: boolean) => Type.Boolean({ default: value });
+const boolean = (value: boolean, more?: Annotations) => Type.Boolean({ default: value, ...more });
 const text = (allowed: string, value: string, more?: object) => Type.String({ allowed, default: value, ...more });
 const host = (value: string, more: Annotations) =>
   text('a host name or IP address to listen on, e.g. 127.0.0.1 or 0.0.0.0', value, { pattern: '^[^\\s/]+$', ...more });
+
+/** The path of a PEM file, or empty; what the file holds is checked when it is read (tls-files.ts). */
+const pemPath = (what: string, more: Annotations) =>
+  text(`empty, or the path of a readable PEM file holding ${what}`, '', { pattern: '^(|\\S.*)$', ...more });
 
 function oneOf<const T extends readonly string[]>(values: T, value: T[number], more?: Annotations) {
   return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], default: value, ...more });
@@ -98,6 +102,14 @@ export const ConfigSchema = section({
     shutdownGraceMs: durationMs(0, 10_000),
     routeMemoMaxBytes: count(1, 16 * MiB),
     logLevel: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info', { flag: '--log-level', env: 'TM_CACHE_LOG_LEVEL' }),
+    // HTTPS on the listeners (src/proxy/certificates.ts): the files are read, parsed and matched at
+    // start (config/tls-files.ts), and again on SIGHUP and whenever their directory changes.
+    tls: section({
+      certFile: pemPath('the certificate chain (server certificate first)', { flag: '--tls-cert-file', env: 'TM_CACHE_TLS_CERT_FILE' }),
+      keyFile: pemPath('the private key of that certificate, unencrypted', { flag: '--tls-key-file', env: 'TM_CACHE_TLS_KEY_FILE' }),
+      clientCaFile: pemPath('the CA certificates that issue client certificates (then required on the proxy port)', { flag: '--tls-client-ca-file', env: 'TM_CACHE_TLS_CLIENT_CA_FILE' }),
+      management: boolean(true, { env: 'TM_CACHE_TLS_MANAGEMENT' }),
+    }),
   }),
   identity: section({
     // ≥ 1: a memo with ttl 0 means "no expiry" to lru-cache, the opposite of the intent.

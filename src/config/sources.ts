@@ -172,9 +172,10 @@ function overrideLayer(label: string, nameOf: (o: ConfigOverride) => string | un
   return { label, values, labels };
 }
 
-/** Text → the type of the setting: an integer, an `id:key,...` list for an open map, else text. */
+/** Text → the type of the setting: an integer, true/false, an `id:key,...` list for an open map, else text. */
 function parseRaw(raw: string, { setting, schema }: ConfigOverride, source: string, problems: string[]): unknown {
   if (schema.type === 'integer') return /^[+-]?\d+$/.test(raw) ? Number(raw) : raw;
+  if (schema.type === 'boolean') return raw === 'true' ? true : raw === 'false' ? false : raw;
   if (kindOf(schema) !== 'map') return raw;
   const parsed = parseKeyList(raw);
   if ('keys' in parsed) return parsed.keys;

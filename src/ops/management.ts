@@ -5,6 +5,7 @@
  * API with the status page (admin.ts). Kept off the proxy port so it is never exposed with it.
  */
 import fastify, { type FastifyInstance } from 'fastify';
+import type { ServerOptions as SecureServerOptions } from 'node:https';
 import { registerAdmin, type AdminDeps } from './admin.js';
 import type { Metrics } from './metrics.js';
 
@@ -22,8 +23,9 @@ export interface Management {
   startDraining(): void;
 }
 
-export function buildManagement(metrics: Metrics, checks: readonly ReadinessCheck[], admin?: AdminDeps): Management {
-  const app = fastify({ logger: false, bodyLimit: 64 * 1024 });
+/** `tls`: HTTPS options (`server.tls` with `server.tls.management`); absent: plain HTTP. */
+export function buildManagement(metrics: Metrics, checks: readonly ReadinessCheck[], admin?: AdminDeps, tls?: SecureServerOptions): Management {
+  const app = (tls ? fastify({ logger: false, bodyLimit: 64 * 1024, https: tls }) : fastify({ logger: false, bodyLimit: 64 * 1024 })) as unknown as FastifyInstance;
   let draining = false;
   const readiness = () => {
     const results: Record<string, { status: string; detail?: string }> = {};

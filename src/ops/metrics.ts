@@ -10,6 +10,8 @@
  * exposition is built only when /metrics is scraped (`LabelledFamily.get`).
  */
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ReloadResult } from '../config/reload.js';
+import type { CertificateReloadResult } from '../config/tls-files.js';
 import type { BudgetEvents, BudgetMode, BudgetSnapshot } from '../upstream/fleet-budget.js';
 
 /** Status of an answer as a bounded label: 429 on its own (rate limiting is worth its own line). */
@@ -141,6 +143,8 @@ function child(node: Map<string, unknown>, key: string): Map<string, unknown> {
 }
 
 export type IdentityLookupResult = 'memo' | 'shared' | 'upstream' | 'refused' | 'error';
+const RELOAD_RESULTS: readonly ReloadResult[] = ['applied', 'restart_needed', 'unchanged', 'refused'];
+const CERTIFICATE_RELOAD_RESULTS: readonly CertificateReloadResult[] = ['applied', 'refused'];
 
 export interface Metrics {
   readonly registry: Registry;
@@ -154,6 +158,10 @@ export interface Metrics {
   /** An admin API request refused for a missing or wrong token. */
   adminAuthFailure(): void;
   identityLookup(result: IdentityLookupResult): void;
+  /** How a configuration reload (SIGHUP) ended: applied, restart_needed, unchanged, refused. */
+  reload(result: ReloadResult): void;
+  /** A new TLS certificate read (SIGHUP or its files changed): applied, or refused (the one in use kept). */
+  certificateReload(result: CertificateReloadResult): void;
   bytesSent(bytes: number): void;
   notModifiedSaved(bytes: number): void;
   /** Registers a gauge read at scrape time. */
@@ -217,6 +225,15 @@ export function createMetrics(options: MetricsOptions): Metrics {
   const budgetSkips = new LabelledFamily('tm_cache_upstream_budget_skipped_total',
     'Background work skipped rather than queued because no budget token was at hand, by priority.',
     'counter', ['priority'], [], registry);
+  // Every result is there from the start at 0, so that an alert on increase() sees the first one.
+  const reloads = new LabelledFamily('tm_cache_reloads_total',
+    'Configuration reloads (SIGHUP) by result: applied (some setting changed at once), restart_needed (only settings that need a restart changed), unchanged, refused (the file or environment did not load or validate: the running configuration kept).',
+    'counter', ['result'], [], registry);
+  for (const result of RELOAD_RESULTS) reloads.slot(result);
+  const certificateReloads = new LabelledFamily('tm_cache_tls_reloads_total',
+    'New TLS certificates read (SIGHUP, or their files changed) by result: applied (served from the next connection on), refused (unreadable, not PEM, or a key that does not match: the certificate in use kept).',
+    'counter', ['result'], [], registry);
+  for (const result of CERTIFICATE_RELOAD_RESULTS) certificateReloads.slot(result);
   const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0 };
   counterOf(registry, 'tm_cache_upstream_budget_pauses_total', 'Fleet pauses this replica learned of: a 429 from the instance, its own or another replica\'s through Redis.', () => totals.budgetPauses);
   counterOf(registry, 'tm_cache_bytes_sent_total', 'Body bytes sent to clients by the cache path (not passthrough).', () => totals.bytesSent);
@@ -249,6 +266,12 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
     identityLookup(result) {
       identityLookups.inc(result === 'memo' ? memoLookups : identityLookups.slot(result));
+    },
+    reload(result) {
+      reloads.inc(reloads.slot(result));
+    },
+    certificateReload(result) {
+      certificateReloads.inc(certificateReloads.slot(result));
     },
     bytesSent(bytes) {
       totals.bytesSent += bytes;

@@ -13,7 +13,8 @@
  * cached requests: such features belong to the pipeline, which every cached request crosses.
  */
 import fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import { createServer } from 'node:http';
+import { createServer, type RequestListener } from 'node:http';
+import { createServer as createSecureServer, type ServerOptions as SecureServerOptions } from 'node:https';
 import type { Logger } from 'pino';
 import type { CacheEntry } from '../cache/entry.js';
 import type { FillLock } from '../cache/fill.js';
@@ -64,6 +65,8 @@ export interface ProxyDeps {
   readonly onPassthroughAnswer?: ((status: number | undefined, error?: string) => void) | undefined;
   /** Registers a gauge read at scrape time (metrics): the sizes of the pipeline's memos. */
   readonly gauge?: (name: string, help: string, read: () => number) => void;
+  /** HTTPS (`server.tls`, certificates.ts): the listener serves TLS with these options; absent: plain HTTP. */
+  readonly tls?: SecureServerOptions | undefined;
 }
 
 const EMPTY_QUERY = Object.freeze({});
@@ -91,8 +94,11 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
       parts = makePipeline(config, deps, policy, now, forward);
       const pipeline = parts.pipeline;
       // While closing, fastify answers everything (503 for new requests: return503OnClosing).
-      return createServer((req, res) => (closing ? handler(req, res) : pipeline.handle(req, res)));
+      const listener: RequestListener = (req, res) => (closing ? handler(req, res) : pipeline.handle(req, res));
+      return deps.tls ? createSecureServer(deps.tls, listener) : createServer(listener);
     },
+    // The server comes from the factory; this only makes listen() answer an https:// URL.
+    ...(deps.tls ? { https: deps.tls } : {}),
     loggerInstance: deps.logger as FastifyBaseLogger,
     // Fastify logs nothing per request: the pipeline logs cached ones, passthrough.ts the others.
     logController: new LogController({ disableRequestLogging: true }),

@@ -27,6 +27,10 @@ import { observeUpstream, UpstreamHealth } from '../ops/upstream-health.js';
 import { VERSION } from '../version.js';
 import { UPSTREAM_HEADERS, UpstreamClient } from '../upstream/client.js';
 import { buildProxy } from './app.js';
+import { ServedCertificates } from './certificates.js';
+import type { ReloadResult } from '../config/reload.js';
+import type { Server as TlsServer } from 'node:tls';
+import { usesTls } from '../config/tls-files.js';
 
 export interface RunningProxy {
   readonly url: string;
@@ -40,6 +44,8 @@ export interface RunningProxy {
    * rest as they are; answers nothing, the caller logs what changed.
    */
   reconfigure(next: Config): void;
+  /** Counts how a reload ended (`tm_cache_reloads_total`). */
+  countReload(result: ReloadResult): void;
   close(): Promise<void>;
 }
 
@@ -58,6 +64,10 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   const metrics = createMetrics({ version: VERSION, redis: usesRedis(config) });
   // Before anything connects: a shared Redis is refused without a secret it does not hold.
   const hmacSecret = resolveHmacSecret(config);
+  // Before anything listens: a certificate that cannot be served stops tm-cache (exit 2).
+  const certificates = usesTls(config.server.tls)
+    ? ServedCertificates.load(config.server.tls, { logger, now, onReload: (result) => metrics.certificateReload(result) })
+    : undefined;
   const redis = usesRedis(config) ? makeRedisRoles(config, logger, now, (kind, seconds) => metrics.redisCommand(kind, seconds)) : undefined;
   if (redis && Object.keys(config.cache.redis.encryptionKeys).length === 0) {
     logger.warn('cache.redis.encryptionKeys is empty: entries are stored in Redis compressed but not encrypted');
@@ -105,6 +115,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     recorder,
     onIdentityLookup: (result) => metrics.identityLookup(result),
     onPassthroughAnswer: (status, error) => health.record(status, error),
+    tls: certificates?.serverOptions('proxy'),
   });
   const app = proxy.app;
   metrics.gauge('tm_cache_memory_entries', 'Entries in the memory tier.', () => cache.memory.stats().entries);
@@ -119,6 +130,10 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     metrics.counter('tm_cache_redis_errors_total', 'Redis errors, timeouts, disconnections and calls skipped while it was unavailable.', () => redis.connection.stats().errors);
     metrics.counter('tm_cache_redis_rejected_total', 'Values read from Redis that did not verify under their key (another secret, altered, copied) or were invalid: misses, left in Redis.', () => rejectedOf(redis));
     metrics.gauge('tm_cache_redis_up', '1 while Redis is usable, 0 while it is degraded (down, reconnecting, breaker open).', () => (redis.connection.degradedReason() === undefined ? 1 : 0));
+  }
+
+  if (certificates) {
+    metrics.gauge('tm_cache_tls_certificate_expiry_timestamp_seconds', 'When the TLS certificate served expires (seconds since the epoch): alert well before it.', () => certificates.notAfterMs / 1_000);
   }
 
   // Redis down is a degradation, not an outage: the memory tier keeps serving.
@@ -142,9 +157,14 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     now,
     version: VERSION,
     startedAt,
-  });
+  }, config.server.tls.management ? certificates?.serverOptions('management') : undefined);
   const url = await app.listen({ host: config.server.host, port: config.server.port });
   const managementUrl = await management.listen({ host: config.server.managementHost, port: config.server.managementPort });
+  if (certificates) {
+    certificates.attach(app.server as unknown as TlsServer, 'proxy');
+    if (config.server.tls.management) certificates.attach(management.server as unknown as TlsServer, 'management');
+    certificates.watch();
+  }
 
   return {
     url,
@@ -160,8 +180,12 @@ export async function startProxy(config: Config, options: StartOptions): Promise
       redis?.tier.limitClaims(claimLimitsOf(current.cache.freshness, current.cache.staleIfErrorMs));
       recorder.access = current.log;
       (options.setLogLevel ?? ((level) => (logger.level = level)))(current.server.logLevel);
+      // The files keep their paths until a restart; what they hold may have been renewed.
+      certificates?.reload('SIGHUP');
     },
+    countReload: (result) => metrics.reload(result),
     close: async () => {
+      certificates?.close();
       startDraining();
       // Keep-alive connections that finish their last response after close() began stay open
       // until their keep-alive timeout; close them as they go idle, and all of them at the deadline.

@@ -278,7 +278,8 @@ describe('environment variables and flags', () => {
 
   it('the table above covers every override', () => {
     const covered = new Set(cases.map((c) => c.setting));
-    const keyEnv = ['cache.redis.encryptionKeys', 'cache.redis.encryptionKeyId'];
+    // The TLS settings name files that must hold a certificate and key: test/security/tls.test.ts sets them.
+    const keyEnv = ['server.tls.certFile', 'server.tls.keyFile', 'server.tls.clientCaFile', 'server.tls.management', 'cache.redis.encryptionKeys', 'cache.redis.encryptionKeyId'];
     expect(CONFIG_OVERRIDES.map((o) => o.setting).filter((s) => !covered.has(s))).toEqual(keyEnv);
   });
 

@@ -111,6 +111,21 @@ describe('SIGHUP', () => {
     expect(await statsWith(SECOND)).toBe(200);
   });
 
+  it('says what a reload did at warn whatever the level, even a reload to error, and counts each result', async () => {
+    writeFileSync(file, `admin:\n  token: ${SECOND}\nserver:\n  logLevel: error\n`);
+    serve.child.kill('SIGHUP');
+    await until(() => logLines('reloaded').length === 2);
+    expect(logLines('reloaded').at(-1)).toMatchObject({ level: 40, result: 'applied', applied: expect.arrayContaining(['server.logLevel']) });
+    serve.child.kill('SIGHUP');
+    await until(() => logLines('reloaded: nothing changed').length === 1);
+    expect(logLines('reloaded: nothing changed')[0]).toMatchObject({ level: 40, result: 'unchanged' });
+    // The runs above: one applied and five refused (an invalid value, bad YAML, a short token, a missing file, a YAML warning).
+    const metrics = await (await request(`${serve.management}/metrics`)).body.text();
+    const count = (result: string) => Number(new RegExp(`^tm_cache_reloads_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(metrics)?.[1]);
+    expect({ applied: count('applied'), unchanged: count('unchanged'), refused: count('refused'), restart_needed: count('restart_needed') })
+      .toEqual({ applied: 2, unchanged: 1, refused: 5, restart_needed: 0 });
+  });
+
   // Last: before the fix, this one blocked the process's event loop for good.
   it('refuses a config path that is a FIFO, naming it, and keeps serving meanwhile', async () => {
     rmSync(file, { force: true });
