@@ -7,7 +7,7 @@ import type { Config } from './schema.js';
 import { describeProblem, originOf, type Origin } from './validate.js';
 
 export function relationProblems(config: Config, origin: Origin): string[] {
-  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin)];
+  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin), ...viewerTokenProblems(config, origin)];
 }
 
 function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
@@ -117,4 +117,21 @@ function budgetProblems({ upstream: { budget } }: Config, origin: Origin): strin
     describeProblem('upstream.budget.burst', budget.burst,
       '0 when upstream.budget.requestsPerSecond is 0 (a learned budget\'s burst follows its rate: one second\'s worth); set requestsPerSecond to fix the budget', origin),
   ];
+}
+
+/**
+ * The viewer token is a read-only view of an admin API that is on: without admin.token the API
+ * answers 404 to everything, and a viewer token equal to the admin token would make every viewer
+ * an admin. Named without either value (both are secrets).
+ */
+function viewerTokenProblems({ admin }: Config, origin: Origin): string[] {
+  if (admin.viewerToken === '') return [];
+  const secret = { type: 'string', secret: true } as const;
+  if (admin.token === '') {
+    return [describeProblem('admin.viewerToken', admin.viewerToken, 'empty while admin.token is empty (the admin API is off): set admin.token (TM_CACHE_ADMIN_TOKEN) too', origin, secret)];
+  }
+  if (admin.viewerToken === admin.token) {
+    return [describeProblem('admin.viewerToken', admin.viewerToken, 'a token other than admin.token (a viewer must not hold the admin\'s token)', origin, secret)];
+  }
+  return [];
 }

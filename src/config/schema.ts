@@ -121,6 +121,9 @@ export const ConfigSchema = section({
   admin: section({
     token: text('empty (the admin API is off), or at least 16 characters without whitespace',
       '', { pattern: '^(|\\S{16,})$', secret: true, env: 'TM_CACHE_ADMIN_TOKEN' }),
+    // Read-only: GET /admin/stats and the status page, never a purge nor the entries (a wall screen).
+    viewerToken: text('empty (no viewer token), or at least 16 characters without whitespace, other than admin.token',
+      '', { pattern: '^(|\\S{16,})$', secret: true, env: 'TM_CACHE_ADMIN_VIEWER_TOKEN' }),
   }),
   health: section({
     requireUpstream: boolean(false),
