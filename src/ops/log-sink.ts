@@ -31,7 +31,7 @@ import { Socket } from 'node:net';
 export interface LogSinkOptions {
   /** Bytes the filling buffer may grow to while a write is in flight; default 4 MiB. */
   readonly maxBytes?: number;
-  /** A write starts once this many bytes wait; default 16 KiB. */
+  /** A write starts once this many bytes wait; default 64 KiB. */
   readonly minBytes?: number;
   /** ... or once the oldest waiting line is this old (ms); default 50. */
   readonly maxDelayMs?: number;
@@ -67,7 +67,10 @@ export class LogSink {
     this.#stream?.on('error', (err) => (this.#streamError ??= err));
     this.#maxBytes = Math.max(options.maxBytes ?? 4 * 1024 * 1024, INITIAL_BYTES);
     this.#now = options.now ?? Date.now;
-    this.#minBytes = Math.min(options.minBytes ?? 16 * 1024, this.#maxBytes);
+    // 64 KiB, about 180 access lines: a busy proxy's file or pipe gets a few dozen writes a second,
+    // each a syscall (and for a file a thread-pool round trip) shared by every line in it, a
+    // quarter of what 16 KiB made. maxDelayMs still bounds how late a quiet proxy's line appears.
+    this.#minBytes = Math.min(options.minBytes ?? 64 * 1024, this.#maxBytes);
     this.#maxDelayMs = options.maxDelayMs ?? 50;
   }
 
