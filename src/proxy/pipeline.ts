@@ -66,6 +66,8 @@ export interface PipelineOptions {
   readonly cache: { ensureGzip(key: string, entry: CacheEntry): void };
   /** `cache.honorClientNoCache` */
   readonly honorNoCache: boolean;
+  /** Entries keep the instance's Access-Control-Allow-Origin: a browser's Origin is part of their key (decide.ts). */
+  readonly keyOnOrigin: boolean;
   /** `cache.strict`: an unknown parameter is a local 422 instead of an uncached forward. */
   readonly strict: boolean;
   readonly now: () => number;
@@ -82,7 +84,7 @@ export class Pipeline {
   constructor(options: PipelineOptions, private readonly forward: Handler) {
     this.#o = options;
     this.#recorder = options.recorder;
-    this.#decideOptions = { honorNoCache: options.honorNoCache, isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t) };
+    this.#decideOptions = { honorNoCache: options.honorNoCache, keyOnOrigin: options.keyOnOrigin, isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t) };
   }
 
   /** One request: its exchange (exchange.ts) is made here, and every stage fills its own field of it. */
