@@ -88,8 +88,11 @@ Flags (--flag VALUE or --flag=VALUE):
 ${flagLines(EMULATOR_FLAGS)}`,
   demo: `Usage: tm-cache demo [flags]
 
-Starts the emulator and the proxy in front of it, and prints the URLs, the tokens and curl lines
-to try. When a port is taken, choose others with the flags below (0 picks a free port).
+Starts the emulator and the proxy in front of it, and prints the URLs, a sign-in link to the status
+page (with an admin token made for the run), the tokens and curl lines to try; the access log goes
+to stdout. TM_CACHE_* variables and TM_CACHE_CONFIG apply as for serve, over the demo's own
+settings (log level info, the generated admin token). When a port is taken, choose others with
+the flags below (0 picks a free port).
 
 Flags (--flag VALUE or --flag=VALUE):
 ${flagLines(DEMO_FLAGS)}`,

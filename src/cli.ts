@@ -128,24 +128,54 @@ async function runServe(argv: readonly string[]): Promise<void> {
 }
 
 type DemoPortFlag = '--port' | '--management-port' | '--emulator-port';
-const DEMO_DEFAULT_PORTS: Readonly<Record<DemoPortFlag, number>> = { '--port': 8080, '--management-port': 9090, '--emulator-port': 4010 };
+/** The proxy's ports default to serve's (8080, 9090: server.port, server.managementPort); the emulator's is the demo's own. */
+const DEMO_EMULATOR_PORT = 4010;
+/** The environment variable that sets a demo port, where one does (the emulator's is the demo's own). */
+const DEMO_PORT_ENV: Readonly<Partial<Record<DemoPortFlag, string>>> = { '--port': 'TM_CACHE_PORT', '--management-port': 'TM_CACHE_MANAGEMENT_PORT' };
+
+/** A demo port and who chose it, for the message when it is taken. */
+interface DemoPort {
+  readonly port: number;
+  readonly source: string;
+}
+
+/**
+ * The demo's settings beneath the environment: an access log on stdout (log level info) and an
+ * admin API with a token made for this run, so the status page can be opened at once. Whatever
+ * TM_CACHE_* sets wins over these (TM_CACHE_CONFIG too), as for `serve`; only the upstream is the
+ * demo's own, and the ports the demo's flags name.
+ */
+function demoEnvironment(env: NodeJS.ProcessEnv, adminToken: string): NodeJS.ProcessEnv {
+  const set = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''));
+  return { TM_CACHE_LOG_LEVEL: 'info', TM_CACHE_ADMIN_TOKEN: adminToken, ...set };
+}
 
 async function runDemo(argv: readonly string[]): Promise<void> {
   const flags = simpleFlags(argv, flagNames(DEMO_FLAGS));
-  const ports = Object.fromEntries(
-    Object.entries(DEMO_DEFAULT_PORTS).map(([flag, port]) => [flag, intFlag(flags, flag.slice(2), port, 0, 65535)]),
-  ) as Record<DemoPortFlag, number>;
-  const [{ startEmulator }, { startProxy }, { loadConfig }] = await Promise.all([
+  const [{ startEmulator }, { startProxy }, { loadConfig }, { randomBytes }] = await Promise.all([
     import('./emulator/server.js'),
     import('./proxy/server.js'),
     import('./config/load.js'),
+    import('node:crypto'),
   ]);
-  const emulator = await startEmulator({ host: '127.0.0.1', port: ports['--emulator-port'], seed: 42, scale: 'small' })
-    .catch((err: unknown) => Promise.reject(portInUse(err, ports)));
-  const config = loadConfig({
-    argv: ['--upstream', emulator.url, '--port', String(ports['--port']), '--management-port', String(ports['--management-port'])],
-    env: { TM_CACHE_LOG_LEVEL: process.env['TM_CACHE_LOG_LEVEL'] ?? 'warn' },
+  const generatedToken = randomBytes(18).toString('base64url');
+  const env = demoEnvironment(process.env, generatedToken);
+  const proxyFlags = (['--port', '--management-port'] as const).flatMap((flag) => {
+    const given = flags[flag.slice(2)];
+    return given === undefined ? [] : [flag, String(intFlag(flags, flag.slice(2), 0, 0, 65535))];
   });
+  const emulatorPort = intFlag(flags, 'emulator-port', DEMO_EMULATOR_PORT, 0, 65535);
+  // Loaded before the emulator starts: a wrong TM_CACHE_* stops the demo at once, with serve's message.
+  const configFor = (upstream: string): Config => loadConfig({ argv: ['--upstream', upstream, ...proxyFlags], env });
+  configFor('http://127.0.0.1:1');
+  const emulatorSource: DemoPort = { port: emulatorPort, source: flags['emulator-port'] === undefined ? '--emulator-port, its default' : '--emulator-port' };
+  const emulator = await startEmulator({ host: '127.0.0.1', port: emulatorPort, seed: 42, scale: 'small' })
+    .catch((err: unknown) => Promise.reject(portInUse(err, [emulatorSource])));
+  const config = configFor(emulator.url);
+  const ports: DemoPort[] = [
+    { port: config.server.port, source: demoPortSource('--port', flags) },
+    { port: config.server.managementPort, source: demoPortSource('--management-port', flags) },
+  ];
   const logger = await makeLogger(config.server.logLevel);
   let proxy: RunningProxy;
   try {
@@ -155,28 +185,61 @@ async function runDemo(argv: readonly string[]): Promise<void> {
     throw portInUse(err, ports);
   }
   const tokens = await emulatorTokens(emulator.url);
-  printDemo(proxy, emulator.url, tokens);
+  printDemo(proxy, emulator.url, tokens, config, config.admin.token === generatedToken);
   onSignals(async () => {
     await proxy.close();
     await emulator.close();
   }, logger);
 }
 
-function printDemo(proxy: RunningProxy, emulatorUrl: string, tokens: EmulatorToken[]): void {
+function demoPortSource(flag: DemoPortFlag, flags: Record<string, string>): string {
+  if (flags[flag.slice(2)] !== undefined) return flag;
+  const variable = DEMO_PORT_ENV[flag];
+  if (variable !== undefined && (process.env[variable] ?? '') !== '') return variable;
+  return `${flag}, its default`;
+}
+
+/**
+ * The demo's first screen: where things are, how to open the status page (a sign-in link with
+ * the token made for this run; a token of one's own is never printed), the tokens, and what to
+ * try, each line saying whether its answer is cached.
+ */
+function printDemo(proxy: RunningProxy, emulatorUrl: string, tokens: EmulatorToken[], config: Config, tokenGenerated: boolean): void {
   const admin = tokens.find((t) => t.is_admin)!;
   const member = tokens.find((t) => !t.is_admin && t.project_ids.length > 0)!;
   const project = member.project_ids[0]!;
+  const page = `${proxy.managementUrl}/`;
+  // A fragment never reaches the server (nor its logs); the page reads it once and removes it.
+  const signIn = tokenGenerated
+    ? `${page}#token=${config.admin.token}   (one-click sign-in, admin token made for this run)`
+    : `${page}   (sign in with your TM_CACHE_ADMIN_TOKEN)`;
+  const adminToken = tokenGenerated ? config.admin.token : '$TM_CACHE_ADMIN_TOKEN';
+  const viewer = config.admin.viewerToken === '' ? '' : '\n              a wall screen signs in with your TM_CACHE_ADMIN_VIEWER_TOKEN (read-only)';
+  const access = config.log.access === 'off' || !['info', 'debug', 'trace'].includes(config.server.logLevel)
+    ? `off (log.access ${config.log.access}, log level ${config.server.logLevel})`
+    : `one JSON line per request on stdout, below (log.access ${config.log.access}; TM_CACHE_LOG_ACCESS=off silences it)`;
   console.log(`tm-cache demo
-  proxy       ${proxy.url}/api/v1   (management: ${proxy.managementUrl}/metrics)
+  proxy       ${proxy.url}/api/v1   (the instance's Read API, cached)
   emulator    ${emulatorUrl}/api/v1   (the instance; control plane under /__emulator/)
+  status page ${signIn}${viewer}
+  management  ${proxy.managementUrl}/metrics, /readyz, /admin/stats
+  access log  ${access}
+  settings    TM_CACHE_* variables and TM_CACHE_CONFIG apply, as for tm-cache serve
 
 tokens:`);
   for (const t of tokens) console.log(`  ${t.token}  ${t.name}${t.is_admin ? ' (admin)' : ''} projects [${t.project_ids.join(',')}]`);
   console.log(`
-try (run each twice: the second answer is a cache hit, see Cache-Status):
+try (Cache-Status says what happened):
+  # cached: run it twice, the second answer is a hit from memory (Cache-Status: tm-cache; hit; ...; detail=memory)
   curl -si -H 'Authorization: Bearer ${member.token}' '${proxy.url}/api/v1/projects/${project}/runs?per_page=15&expands=users' | grep -iE '^(HTTP|cache-status|age|etag)'
+  # cached, shared among verified admins: the second answer is a hit
   curl -si -H 'Authorization: Bearer ${admin.token}' '${proxy.url}/api/v1/users?expands=roles' | grep -iE '^(HTTP|cache-status)'
-  curl -si '${proxy.url}/api/v1/user'     # no credential: the instance's own 401, never cached
+  # not cached: an unknown parameter is forwarded as it is (Cache-Status: tm-cache; fwd=bypass; detail=unknown-param)
+  curl -si -H 'Authorization: Bearer ${member.token}' '${proxy.url}/api/v1/projects/${project}/runs?_=1' | grep -iE '^(HTTP|cache-status)'
+  # not cached: no credential, the instance's own 401, relayed
+  curl -si '${proxy.url}/api/v1/user' | grep -iE '^HTTP'
+  # the figures behind the status page (management port, admin API)
+  curl -s -H "Authorization: Bearer ${adminToken}" '${proxy.managementUrl}/admin/stats'
 
 Ctrl-C stops both.`);
 }
@@ -214,11 +277,11 @@ class PortInUseError extends Error {
   override readonly name = 'PortInUseError';
 }
 
-function portInUse(err: unknown, ports: Readonly<Record<DemoPortFlag, number>>): unknown {
+function portInUse(err: unknown, ports: readonly DemoPort[]): unknown {
   const { code, port } = err as { code?: string; port?: number };
   if (code !== 'EADDRINUSE') return err;
-  const flag = (Object.keys(ports) as DemoPortFlag[]).find((f) => ports[f] === port);
-  const which = flag === undefined ? '' : ` (set by ${flag}${ports[flag] === DEMO_DEFAULT_PORTS[flag] ? ', its default' : ''})`;
+  const taken = ports.find((p) => p.port === port);
+  const which = taken === undefined ? '' : ` (set by ${taken.source})`;
   return new PortInUseError(
     `port ${port ?? '?'}${which} is already in use. Choose other ports with --port P (proxy), --management-port M ` +
       '(management) and --emulator-port E (emulator); 0 picks a free port. E.g. tm-cache demo --port 18080 ' +

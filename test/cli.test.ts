@@ -14,6 +14,7 @@ import { CONFIG_OVERRIDES } from '../src/config/load.js';
 import { startTestEmulator, type TestEmulator } from './helpers/emulator.js';
 import { httpGet } from './helpers/proxy.js';
 import { CLI, startServe } from './helpers/serve.js';
+import { until } from './helpers/wait.js';
 
 
 interface Run {
@@ -154,6 +155,79 @@ describe('tm-cache --help, <command> --help, --version', () => {
     const r = await run(['demo', '--hepl']);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/unknown flag --hepl; allowed: --port, --management-port, --emulator-port/);
+  });
+});
+
+/** `tm-cache demo` on free ports, running until stopped; its stdout (first screen, then access lines). */
+async function startDemo(env: Record<string, string> = {}) {
+  const child = spawn(process.execPath, [CLI, 'demo', '--port', '0', '--management-port', '0', '--emulator-port', '0'], { env: { PATH: process.env['PATH'] ?? '', ...env } });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  const exited = once(child, 'exit');
+  await Promise.race([
+    until(() => stdout.includes('Ctrl-C stops both'), 30_000),
+    exited.then(() => Promise.reject(new Error(`demo exited: ${stderr}`))),
+  ]);
+  const line = (label: string) => new RegExp(`^ {2}${label} +(\\S+)`, 'm').exec(stdout)?.[1] ?? '';
+  return {
+    output: () => stdout,
+    proxy: line('proxy').replace(/\/api\/v1$/, ''),
+    statusPage: line('status page'),
+    stop: async () => {
+      child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+describe('tm-cache demo', () => {
+  it('prints a one-click sign-in link to the status page, which hint lines are cached, and writes the access log', { timeout: 60_000 }, async () => {
+    const demo = await startDemo();
+    try {
+      const link = new URL(demo.statusPage);
+      const token = /^#token=(\S{16,})$/.exec(link.hash)?.[1];
+      expect(token, demo.statusPage).toBeDefined();
+      const page = await httpGet(`${link.origin}/`);
+      expect(page.status).toBe(200);
+      expect((await httpGet(`${link.origin}/admin/stats`, token)).status).toBe(200);
+      // Each curl line is preceded by what it shows: cached or not.
+      const hints = demo.output().split('\n').filter((l) => /^ {2}# /.test(l));
+      expect(hints.filter((h) => /# cached/.test(h)).length).toBeGreaterThanOrEqual(2);
+      expect(hints.filter((h) => /# not cached/.test(h)).length).toBeGreaterThanOrEqual(2);
+      // The first hint's request, twice: a miss then a hit, each an access log line on stdout.
+      const first = /curl -si -H 'Authorization: Bearer (\S+)' '(\S+)'/.exec(demo.output())!;
+      const url = first[2]!;
+      expect(url.startsWith(demo.proxy)).toBe(true);
+      expect((await httpGet(url, first[1])).headers['cache-status']).toMatch(/stored/);
+      expect((await httpGet(url, first[1])).headers['cache-status']).toMatch(/hit/);
+      await until(() => demo.output().split('\n').filter((l) => l.includes('"msg":"access"')).length >= 2, 10_000);
+      expect(demo.output()).toMatch(/"outcome":"hit","tier":"memory"/);
+    } finally {
+      await demo.stop();
+    }
+  });
+
+  it('honours TM_CACHE_* over its own settings: a token of one\'s own (never printed), a viewer token, the access log off', { timeout: 60_000 }, async () => {
+    const own = 'my-own-admin-token-for-the-demo';
+    const viewer = 'my-own-viewer-token-for-the-demo';
+    const demo = await startDemo({ TM_CACHE_ADMIN_TOKEN: own, TM_CACHE_ADMIN_VIEWER_TOKEN: viewer, TM_CACHE_LOG_ACCESS: 'off' });
+    try {
+      expect(demo.output()).not.toContain(own);
+      expect(demo.output()).not.toContain(viewer);
+      expect(demo.output()).toMatch(/status page +http:\/\/127\.0\.0\.1:\d+\/ +\(sign in with your TM_CACHE_ADMIN_TOKEN\)/);
+      expect(demo.output()).toMatch(/access log +off \(log\.access off/);
+      const origin = new URL(demo.statusPage).origin;
+      expect((await httpGet(`${origin}/admin/stats`, own)).status).toBe(200);
+      expect((await httpGet(`${origin}/admin/stats`, viewer)).status).toBe(200);
+      const first = /curl -si -H 'Authorization: Bearer (\S+)' '(\S+)'/.exec(demo.output())!;
+      expect((await httpGet(first[2]!, first[1])).status).toBe(200);
+      await demo.stop(); // flushes what the log holds
+      expect(demo.output()).not.toContain('"msg":"access"');
+    } finally {
+      await demo.stop();
+    }
   });
 });
 

@@ -97,10 +97,30 @@ export function ttlSeconds(entry: CacheEntry, now: number): number {
  * (CONVENTIONS: "A value knows where it belongs"): node's writeHead throws on anything else.
  */
 export const STORED_STATUSES: ReadonlySet<number> = new Set([200]);
-export const STORED_HEADER_NAMES: ReadonlySet<string> = new Set(['content-type', 'etag', 'cache-control', 'vary']);
+/**
+ * Headers of the instance's answer that `cache.storedHeaders` may keep in an entry, beside the
+ * ones tm-cache makes itself: what a browser dashboard needs to read a cross-origin answer (CORS,
+ * Fetch §3.2.3: the Access-Control-Allow-* and Expose-Headers of the actual answer), and its
+ * language. A closed list: a shared store's reader accepts exactly these, whatever its own
+ * setting (an older or newer replica's entry stays valid), and no header that frames the
+ * message (length, coding, cookies) can ever be replayed from a cache.
+ */
+export const KEEPABLE_HEADER_NAMES = [
+  'access-control-allow-origin',
+  'access-control-allow-credentials',
+  'access-control-expose-headers',
+  'access-control-allow-methods',
+  'access-control-allow-headers',
+  'access-control-max-age',
+  'content-language',
+] as const;
+export type KeepableHeaderName = (typeof KEEPABLE_HEADER_NAMES)[number];
+/** `cache.storedHeaders`' default: the CORS headers a browser checks on an answer. */
+export const DEFAULT_STORED_HEADERS: readonly KeepableHeaderName[] = KEEPABLE_HEADER_NAMES.filter((name) => name.startsWith('access-control-'));
+export const STORED_HEADER_NAMES: ReadonlySet<string> = new Set(['content-type', 'etag', 'cache-control', 'vary', ...KEEPABLE_HEADER_NAMES]);
 
 /** RFC 9110 §5.5 field-value, VCHAR only (no obs-text), inner SP/HTAB: no CR, LF or NUL can pass. */
-const FIELD_VALUE = /^[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?$/;
+export const FIELD_VALUE = /^[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?$/;
 /** RFC 9110 §8.8.3 strong entity-tag: DQUOTE *etagc DQUOTE, etagc without obs-text. */
 const STRONG_ETAG = /^"[\x21\x23-\x7e]*"$/;
 

@@ -21,6 +21,7 @@ import { OPERATIONS, RESOURCES, resourceOfIdParam, type Operation, type Resource
 import type { CanonicalRequest } from '../api/normalize.js';
 import { resourcesInPath } from '../api/route.js';
 import type { Config, FreshnessRule } from '../config/schema.js';
+import { DEFAULT_STORED_HEADERS } from './entry.js';
 
 export interface EntryPolicy {
   readonly ttlMs: number;
@@ -62,7 +63,12 @@ export class FreshnessPolicy {
   /** Project of each run/session/milestone/source seen, so a write to `/runs/7` can drop its project's lists. */
   private readonly projectOf = new Map<string, number>();
 
-  constructor(private freshness: Config['cache']['freshness'], private staleIfErrorMs: number) {}
+  constructor(
+    private freshness: Config['cache']['freshness'],
+    private staleIfErrorMs: number,
+    /** `cache.storedHeaders`: the instance's headers an entry keeps (storable.ts makeEntry); fixed until a restart, as keys follow it. */
+    readonly storedHeaders: Config['cache']['storedHeaders'] = DEFAULT_STORED_HEADERS,
+  ) {}
 
   /** New freshness rules (a reload): answers stored from now on follow them; stored ones keep theirs. */
   reconfigure(freshness: Config['cache']['freshness'], staleIfErrorMs: number): void {

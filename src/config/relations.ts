@@ -7,7 +7,7 @@ import type { Config } from './schema.js';
 import { describeProblem, originOf, type Origin } from './validate.js';
 
 export function relationProblems(config: Config, origin: Origin): string[] {
-  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin), ...tlsProblems(config, origin)];
+  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin), ...tlsProblems(config, origin), ...viewerTokenProblems(config, origin)];
 }
 
 function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
@@ -128,6 +128,23 @@ function tlsProblems({ server: { tls } }: Config, origin: Origin): string[] {
   if (tls.certFile === '' && tls.keyFile !== '') return [describeProblem('server.tls.certFile', tls.certFile, 'the path of the certificate for server.tls.keyFile (both files or neither)', origin)];
   if (tls.certFile === '' && tls.clientCaFile !== '') {
     return [describeProblem('server.tls.clientCaFile', tls.clientCaFile, 'empty without TLS: set server.tls.certFile and server.tls.keyFile too', origin)];
+  }
+  return [];
+}
+
+/**
+ * The viewer token is a read-only view of an admin API that is on: without admin.token the API
+ * answers 404 to everything, and a viewer token equal to the admin token would make every viewer
+ * an admin. Named without either value (both are secrets).
+ */
+function viewerTokenProblems({ admin }: Config, origin: Origin): string[] {
+  if (admin.viewerToken === '') return [];
+  const secret = { type: 'string', secret: true } as const;
+  if (admin.token === '') {
+    return [describeProblem('admin.viewerToken', admin.viewerToken, 'empty while admin.token is empty (the admin API is off): set admin.token (TM_CACHE_ADMIN_TOKEN) too', origin, secret)];
+  }
+  if (admin.viewerToken === admin.token) {
+    return [describeProblem('admin.viewerToken', admin.viewerToken, 'a token other than admin.token (a viewer must not hold the admin\'s token)', origin, secret)];
   }
   return [];
 }

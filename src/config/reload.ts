@@ -19,6 +19,7 @@ export const RELOADABLE: readonly string[] = [
   'server.logLevel',
   'log.',
   'admin.token',
+  'admin.viewerToken',
   'identity.ttlMs',
   'identity.refusedTtlMs',
   'access.ttlMs',

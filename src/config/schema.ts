@@ -12,6 +12,7 @@
  */
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { RESOURCES, type ResourceName } from '../api/catalogue.js';
+import { DEFAULT_STORED_HEADERS, KEEPABLE_HEADER_NAMES } from '../cache/entry.js';
 
 /** setTimeout fires at once for delays above 2^31 − 1 ms, so no duration may exceed it. */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -133,6 +134,9 @@ export const ConfigSchema = section({
   admin: section({
     token: text('empty (the admin API is off), or at least 16 characters without whitespace',
       '', { pattern: '^(|\\S{16,})$', secret: true, env: 'TM_CACHE_ADMIN_TOKEN' }),
+    // Read-only: GET /admin/stats and the status page, never a purge nor the entries (a wall screen).
+    viewerToken: text('empty (no viewer token), or at least 16 characters without whitespace, other than admin.token',
+      '', { pattern: '^(|\\S{16,})$', secret: true, env: 'TM_CACHE_ADMIN_VIEWER_TOKEN' }),
   }),
   health: section({
     requireUpstream: boolean(false),
@@ -141,6 +145,11 @@ export const ConfigSchema = section({
   cache: section({
     strict: boolean(false),
     honorClientNoCache: boolean(true),
+    // Headers of the instance's answer kept in entries and sent with every cached answer (entry.ts).
+    storedHeaders: Type.Array(Type.Unsafe<(typeof KEEPABLE_HEADER_NAMES)[number]>({ type: 'string', enum: [...KEEPABLE_HEADER_NAMES] }), {
+      allowed: `a list of lower-case header names among ${KEEPABLE_HEADER_NAMES.join(', ')}`,
+      default: [...DEFAULT_STORED_HEADERS],
+    }),
     staleIfErrorMs: durationMs(0, 24 * 3_600_000),
     freshness: section({
       default: freshnessRule(30_000, 30_000),

@@ -68,6 +68,25 @@ async function injectFaults(state: EmulatorState, request: FastifyRequest, reply
   }
 }
 
+/**
+ * The instance's CORS (the control plane's `cors` option): an allowed origin is reflected with
+ * `Vary: Origin` on every answer, and a preflight (OPTIONS with Access-Control-Request-Method)
+ * is answered here; answers true when it was a preflight.
+ */
+function answerCors(state: EmulatorState, request: FastifyRequest, reply: FastifyReply): boolean {
+  if (!state.faults.corsEnabled()) return false;
+  const origin = request.headers.origin;
+  const cors = state.faults.corsHeaders(origin);
+  reply.header('vary', 'Origin');
+  if (cors !== undefined) reply.headers(cors);
+  if (request.method !== 'OPTIONS' || request.headers['access-control-request-method'] === undefined) return false;
+  if (cors !== undefined) {
+    reply.headers({ 'access-control-allow-methods': 'GET, HEAD', 'access-control-allow-headers': 'Authorization', 'access-control-max-age': '600' });
+  }
+  void reply.code(204).send();
+  return true;
+}
+
 async function handle(state: EmulatorState, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | void> {
   const url = request.raw.url ?? '/';
   const q = url.indexOf('?');
@@ -77,6 +96,7 @@ async function handle(state: EmulatorState, request: FastifyRequest, reply: Fast
   const token = bearerToken(request);
   state.stats.record(routeKey(method, match), token, state.nowMs());
   if (await injectFaults(state, request, reply)) return;
+  if (answerCors(state, request, reply)) return;
 
   if (match === undefined) return sendJson(reply, 404, makeErrorBody('Not found.', { path: [`No operation at ${pathname}.`] }));
   if (!READ_METHODS.has(method) && !WRITE_METHODS.has(method)) {

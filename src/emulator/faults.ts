@@ -22,6 +22,13 @@ export const FaultsSchema = Type.Object(
     error_status: Type.Optional(Type.Integer({ minimum: 400, maximum: 599 })),
     down: Type.Optional(Type.Boolean()),
     rate_limit: Type.Optional(RateLimitSchema),
+    // Not a fault: the instance's CORS, as one in front of a browser dashboard answers (api.ts).
+    cors: Type.Optional(Type.Object({
+      /** Origins answered with Access-Control-Allow-Origin: <the origin> and Vary: Origin. */
+      origins: Type.Array(Type.String({ maxLength: 200 }), { maxItems: 20 }),
+      /** Access-Control-Expose-Headers of the answers, e.g. "ETag, Cache-Status". */
+      expose_headers: Type.Optional(Type.String({ maxLength: 200, pattern: '^[A-Za-z0-9, -]*$' })),
+    }, { additionalProperties: false })),
   },
   { additionalProperties: false },
 );
@@ -60,6 +67,20 @@ export class FaultInjector {
 
   current(): Faults {
     return this.faults;
+  }
+
+  /** The CORS headers for a request from `origin`, or none when CORS is off or the origin is not allowed. */
+  corsHeaders(origin: string | undefined): Record<string, string> | undefined {
+    const cors = this.faults.cors;
+    if (cors === undefined || origin === undefined || !cors.origins.includes(origin)) return undefined;
+    const headers: Record<string, string> = { 'access-control-allow-origin': origin, 'access-control-allow-credentials': 'true', vary: 'Origin' };
+    if (cors.expose_headers) headers['access-control-expose-headers'] = cors.expose_headers;
+    return headers;
+  }
+
+  /** Whether CORS is on at all: every answer then says it varies on Origin, as such an instance does. */
+  corsEnabled(): boolean {
+    return this.faults.cors !== undefined;
   }
 
   delayMs(): number {

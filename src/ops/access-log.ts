@@ -27,7 +27,16 @@ export interface AccessFields {
   readonly user?: number | undefined;
   readonly bytes?: number | undefined;
   readonly aborted?: boolean | undefined;
+  /** The address the request came from (the socket's peer: a load balancer's, behind one). */
+  readonly client?: string | undefined;
+  /** The client's User-Agent, as sent (escaped; cut to `MAX_USER_AGENT_CHARS`). */
+  readonly userAgent?: string | undefined;
+  /** The parameters a 400/422 refused, comma-separated, as its body's `errors` names them. */
+  readonly refused?: string | undefined;
 }
+
+/** A User-Agent longer than this is cut: a line per request must not carry a client's essay. */
+export const MAX_USER_AGENT_CHARS = 256;
 
 interface Destination {
   write(line: string): unknown;
@@ -61,7 +70,8 @@ export class AccessLog {
 
   write(f: AccessFields, time: number): void {
     if (this.#stream === undefined) {
-      this.#logger.info({ ...f }, 'access');
+      const userAgent = f.userAgent !== undefined && f.userAgent.length > MAX_USER_AGENT_CHARS ? f.userAgent.slice(0, MAX_USER_AGENT_CHARS) : f.userAgent;
+      this.#logger.info({ ...f, userAgent }, 'access');
       return;
     }
     let line = `{"level":30,"time":${time}${this.#bindings},"reqId":${str(f.reqId)},"method":${str(f.method)},"op":${str(f.op)},"path":${str(f.path)},"status":${f.status},"ms":${f.ms},"outcome":"${f.outcome}"`;
@@ -72,6 +82,9 @@ export class AccessLog {
     if (f.user !== undefined) line += `,"user":${f.user}`;
     if (f.bytes !== undefined) line += `,"bytes":${f.bytes}`;
     if (f.aborted) line += ',"aborted":true';
+    if (f.refused !== undefined) line += `,"refused":${str(f.refused)}`;
+    if (f.client !== undefined) line += `,"client":${str(f.client)}`;
+    if (f.userAgent !== undefined) line += `,"userAgent":${str(f.userAgent.length > MAX_USER_AGENT_CHARS ? f.userAgent.slice(0, MAX_USER_AGENT_CHARS) : f.userAgent)}`;
     this.#stream.write(`${line},"msg":"access"}\n`);
   }
 }

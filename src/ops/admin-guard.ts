@@ -10,6 +10,9 @@
  * - A route marked public (the status page, which holds no figure and asks for the token itself)
  *   needs no token; every other route needs `Authorization: Bearer <admin.token>`, compared in
  *   constant time.
+ * - `admin.viewerToken` (optional) is read-only: it opens the routes marked `viewer` (the figures
+ *   behind the status page, for a wall screen) and is answered 403, with a JSON body naming the
+ *   rule, on every other (purges, entries: what changes the cache or shows who asked for what).
  * - A failed authentication is counted (`tm_cache_admin_auth_failures_total`) and logged at most
  *   once per `LOG_EVERY_MS` with how many were not logged, never with what was presented. A
  *   source address with `MAX_FAILURES` failures within `FAILURE_WINDOW_MS` is answered 429 with
@@ -30,6 +33,8 @@ const MAX_SOURCES = 10_000;
 export interface AdminGuardDeps {
   /** The current `admin.token` (reloadable); empty: the admin API is off. */
   readonly token: () => string;
+  /** The current `admin.viewerToken` (reloadable); empty: no viewer token. */
+  readonly viewerToken: () => string;
   readonly logger: Logger;
   readonly now: () => number;
   readonly failed: () => void;
@@ -38,7 +43,15 @@ export interface AdminGuardDeps {
 /** Route config that marks a route as readable without the token (while the API is on). */
 export interface AdminRouteConfig {
   readonly public?: boolean;
+  /** Readable with the viewer token too (it changes nothing and names no caller). */
+  readonly viewer?: boolean;
 }
+
+/** What a viewer is told on a route that is not theirs: the rule, by name, and what to use instead. */
+export const VIEWER_REFUSED = {
+  message: 'The viewer token (admin.viewerToken) is read-only: it may read GET /admin/stats and the status page, not this route. Use admin.token.',
+  errors: { authorization: ['admin.viewerToken is read-only: only routes marked viewer (GET /admin/stats, GET /) accept it'] },
+};
 
 interface Failures {
   count: number;
@@ -69,7 +82,13 @@ export class AdminGuard {
         errors: {},
       });
     }
-    if (isAuthorized(request.headers.authorization, token)) return;
+    const header = request.headers.authorization;
+    if (isAuthorized(header, token)) return;
+    const viewerToken = this.deps.viewerToken();
+    if (viewerToken !== '' && isAuthorized(header, viewerToken)) {
+      if ((request.routeOptions.config as AdminRouteConfig | undefined)?.viewer === true) return;
+      return reply.code(403).send(VIEWER_REFUSED);
+    }
     this.#fail(source, failures, now, request.method, request.routeOptions.url ?? '');
     return reply.code(401).header('www-authenticate', 'Bearer realm="tm-cache admin"').send({ message: 'The admin token is missing or wrong.', errors: {} });
   };

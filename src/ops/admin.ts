@@ -9,6 +9,7 @@
  *
  * Enabled by `admin.token`: callers send `Authorization: Bearer <token>` (admin-guard.ts decides,
  * on the route that matched: a wrong or missing one is 401, a source that keeps failing 429).
+ * `admin.viewerToken`, when set, reads /admin/stats (and so the page) and is refused (403) the rest.
  * Without a token every one of these answers 404, as if it did not exist. A purge applies on every replica (through the Redis invalidation channel when
  * there is one) and answers what this replica dropped; each is counted and logged at info.
  */
@@ -29,6 +30,8 @@ import type { UpstreamHealth } from './upstream-health.js';
 export interface AdminDeps {
   /** The current `admin.token` (reloadable); empty: the admin API is off. */
   readonly token: () => string;
+  /** The current `admin.viewerToken` (reloadable): GET /admin/stats and the page only. */
+  readonly viewerToken: () => string;
   readonly cache: {
     readonly memory: MemoryTier;
     invalidateTag(tag: string): Promise<TierCounts>;
@@ -66,7 +69,7 @@ const invalid = (param: string, rule: string): AdminInputError =>
   new AdminInputError(422, { message: 'The given data was invalid.', errors: { [param]: [rule] } });
 
 export function registerAdmin(app: FastifyInstance, deps: AdminDeps): void {
-  const guard = new AdminGuard({ token: deps.token, logger: deps.logger, now: deps.now, failed: () => deps.metrics.adminAuthFailure() });
+  const guard = new AdminGuard({ token: deps.token, viewerToken: deps.viewerToken, logger: deps.logger, now: deps.now, failed: () => deps.metrics.adminAuthFailure() });
   // Encapsulated: the guard and the error handler apply to these routes and to nothing else.
   void app.register(async (admin) => {
     admin.addHook('onRequest', guard.check);
@@ -107,7 +110,9 @@ export function registerAdmin(app: FastifyInstance, deps: AdminDeps): void {
 
     admin.get('/admin/entries', async (request, reply) => reply.send(listEntries(deps, request.query as Record<string, unknown>)));
 
-    admin.get('/admin/stats', async (_request, reply) => reply.header('cache-control', 'no-store').send(statsOf(deps)));
+    // The figures only: a wall screen's viewer token reads them, and nothing else.
+    const viewerRoute: { config: AdminRouteConfig } = { config: { viewer: true } };
+    admin.get('/admin/stats', viewerRoute, async (_request, reply) => reply.header('cache-control', 'no-store').send(statsOf(deps)));
   });
 }
 

@@ -6,7 +6,8 @@
  * The access log: one pino line per request at info (`log.access`: all, errors, off; non-error
  * lines sampled by `log.accessSample`), with the request id, method, operation, path (never the
  * query: it may carry secrets), status, duration, cache outcome and tier, upstream status and time,
- * user id (never a credential) and body bytes.
+ * user id (never a credential), body bytes, the client's address and User-Agent, and for a 400/422
+ * the parameters refused (their names, never their values).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
@@ -76,7 +77,7 @@ export class Recorder {
   }
 
   /** A request the pipeline answered (cached, relayed, or made here), with `outcome`. */
-  cached(r: RequestRecord, outcome: CacheOutcome): void {
+  cached(r: RequestRecord, outcome: CacheOutcome, refused?: string): void {
     const { req, res, operation, userId, t, sent, upstreamMs } = r;
     const seconds = (performance.now() - r.start) / 1_000;
     const kind = outcome.kind;
@@ -99,11 +100,14 @@ export class Recorder {
       upstreamMs: upstreamMs === undefined ? undefined : round(upstreamMs),
       user: userId,
       bytes: sent,
+      refused,
+      client: req.socket.remoteAddress,
+      userAgent: req.headers['user-agent'],
     }, t);
   }
 
   /** A forwarded request, once its response is done (or the client went away). */
-  forwarded(r: ForwardedRecord, kind: ForwardKind): void {
+  forwarded(r: ForwardedRecord, kind: ForwardKind, client: string | undefined): void {
     const { req, res, operation, t, upstream } = r;
     const seconds = (performance.now() - r.start) / 1_000;
     const outcome = kind === 'bypass' ? 'bypass' : 'passthrough';
@@ -125,6 +129,8 @@ export class Recorder {
       upstreamMs: upstream === undefined ? undefined : round(upstream.ms),
       bytes: length === undefined ? undefined : Number(length),
       aborted: !res.writableFinished,
+      client,
+      userAgent: req.headers['user-agent'],
     }, t);
   }
 

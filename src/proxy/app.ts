@@ -30,6 +30,7 @@ import { IdentityResolver, type IdentityLookupResult, type SharedLocks, type Sha
 import { forwardOnly } from './forwarding.js';
 import { passthroughRequestLogger, registerPassthrough } from './passthrough.js';
 import { exchangeOf } from './exchange.js';
+import { keysOnOrigin } from './decide.js';
 import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache } from './read-through.js';
 import { RetryAfterGate } from './retry-after.js';
@@ -83,7 +84,7 @@ export interface Proxy {
 
 export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy> {
   const now = deps.now ?? Date.now;
-  const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs);
+  const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs, config.cache.storedHeaders);
   let closing = false;
   let current = config;
   let parts: PipelineParts | undefined;
@@ -207,6 +208,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     readThrough,
     cache: deps.cache,
     honorNoCache: config.cache.honorClientNoCache,
+    keyOnOrigin: keysOnOrigin(config.cache.storedHeaders),
     strict: config.cache.strict,
     now,
     logger: deps.logger,

@@ -47,6 +47,8 @@ export interface Decision extends SharedTierBudget {
   readonly fillKey: string;
   readonly mayRead: boolean;
   readonly noCache: boolean;
+  /** The browser's Origin, when it is part of the key (`keysOnOrigin`): the fill asks the instance with it. */
+  readonly origin?: string | undefined;
   /** Set by the fill this request leads: how long the upstream took (ms), for its access log line. */
   upstreamMs: number | undefined;
 }
@@ -54,6 +56,8 @@ export interface Decision extends SharedTierBudget {
 export interface DecideOptions {
   /** `cache.honorClientNoCache`. */
   readonly honorNoCache: boolean;
+  /** A request's Origin is part of its key (entries keep Access-Control-Allow-Origin: `keysOnOrigin`). */
+  readonly keyOnOrigin?: boolean;
   /** Is the caller a verified site admin at `t`? */
   readonly isVerifiedAdmin: (caller: Caller, t: number) => boolean;
 }
@@ -86,6 +90,12 @@ export function decide(
     mayRead = o.isVerifiedAdmin(caller, t);
     fillKey = mayRead ? key : keyFor(route, caller.scope);
   }
+  let origin: string | undefined;
+  if (o.keyOnOrigin && headers.origin !== undefined) {
+    origin = SERIALIZED_ORIGIN.test(headers.origin) ? headers.origin : undefined;
+    key += originSegment(origin);
+    fillKey += originSegment(origin);
+  }
   // Most requests carry neither header: no regex for them.
   const cacheControl = headers['cache-control'];
   const pragma = headers.pragma;
@@ -99,7 +109,29 @@ export function decide(
   into.fillKey = fillKey;
   into.mayRead = mayRead;
   into.noCache = noCache;
+  into.origin = origin;
   return into;
+}
+
+/**
+ * Whether a browser's Origin must be part of the key: when entries keep the instance's
+ * Access-Control-Allow-Origin, an answer filled for one origin names that origin (an instance
+ * that reflects the Origin answers `Vary: Origin`), and served to another a browser refuses it.
+ * Only requests that carry an Origin (browsers, cross-origin) are keyed on it: an SDK, a CI job
+ * or a same-origin page send none and share one entry as before.
+ */
+export function keysOnOrigin(storedHeaders: readonly string[]): boolean {
+  return storedHeaders.includes('access-control-allow-origin');
+}
+
+/**
+ * RFC 6454 serialized origin (`https://dash.example.com:8443`) or `null`. Anything else is keyed
+ * as one "other" origin and asked for without an Origin: no instance allows a malformed one.
+ */
+const SERIALIZED_ORIGIN = /^(?:null|[a-z][a-z0-9+.-]*:\/\/[A-Za-z0-9.\-[\]:]{1,253})$/;
+
+function originSegment(origin: string | undefined): string {
+  return `|origin=${origin ?? '?'}`;
 }
 
 /**

@@ -48,6 +48,7 @@ export class Exchange implements Decision, RequestRecord, ForwardedRecord {
   fillKey = '';
   mayRead = false;
   noCache = false;
+  origin: string | undefined = undefined;
 
   upstreamMs: number | undefined = undefined;
   sent = 0;

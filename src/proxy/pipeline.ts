@@ -25,7 +25,7 @@
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { makeErrorBody } from '../api/errors.js';
+import { makeErrorBody, type ErrorBody } from '../api/errors.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import { pathOf, type ForwardKind, type Recorder } from '../ops/recorder.js';
@@ -66,6 +66,8 @@ export interface PipelineOptions {
   readonly cache: { ensureGzip(key: string, entry: CacheEntry): void };
   /** `cache.honorClientNoCache` */
   readonly honorNoCache: boolean;
+  /** Entries keep the instance's Access-Control-Allow-Origin: a browser's Origin is part of their key (decide.ts). */
+  readonly keyOnOrigin: boolean;
   /** `cache.strict`: an unknown parameter is a local 422 instead of an uncached forward. */
   readonly strict: boolean;
   readonly now: () => number;
@@ -82,7 +84,7 @@ export class Pipeline {
   constructor(options: PipelineOptions, private readonly forward: Handler) {
     this.#o = options;
     this.#recorder = options.recorder;
-    this.#decideOptions = { honorNoCache: options.honorNoCache, isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t) };
+    this.#decideOptions = { honorNoCache: options.honorNoCache, keyOnOrigin: options.keyOnOrigin, isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t) };
   }
 
   /** One request: its exchange (exchange.ts) is made here, and every stage fills its own field of it. */
@@ -120,9 +122,11 @@ export class Pipeline {
     x.res.setHeader('x-request-id', x.requestId);
     // The passthrough fills the exchange's `upstream` (app.ts): the request carries it through fastify.
     carry(x);
+    // Read now: once the response is done, the request may no longer hold its socket.
+    const client = x.req.socket.remoteAddress;
     x.res.once('close', () => {
       x.t = this.#o.now();
-      this.#recorder.forwarded(x, kind);
+      this.#recorder.forwarded(x, kind, client);
     });
     this.forward(x.req, x.res);
   }
@@ -190,7 +194,7 @@ export class Pipeline {
   #finish(x: Exchange, served: Served, key?: string): void {
     if (served.kind === 'entry' && key !== undefined) askForGzipVariant(this.#o.cache, key, served.entry, x.req.headers['accept-encoding']);
     writeServed(x, served);
-    this.#recorder.cached(x, served.outcome);
+    this.#recorder.cached(x, served.outcome, served.kind === 'local' ? refusedParams(served.body) : undefined);
   }
 
   #fail(x: Exchange, err: unknown): void {
@@ -212,6 +216,12 @@ export class Pipeline {
 
 const INVALID: CacheOutcome = Object.freeze({ kind: 'error', detail: 'invalid-request' });
 const UNKNOWN_PARAM: CacheOutcome = Object.freeze({ kind: 'bypass', detail: 'unknown-param' });
+
+/** The parameters an error body names (`errors` keys), for the access log: undefined when none. */
+function refusedParams(body: ErrorBody): string | undefined {
+  const names = Object.keys(body.errors);
+  return names.length === 0 ? undefined : names.join(',');
+}
 
 function unknownParamsBody(unknown: readonly string[]): ReturnType<typeof makeErrorBody> {
   const errors: Record<string, string[]> = {};

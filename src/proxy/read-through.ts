@@ -215,7 +215,8 @@ export class ReadThrough {
         const askedAt = this.o.now();
         const started = performance.now();
         // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
-        const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS }, d.caller.userId);
+        const headers = d.origin === undefined ? { authorization: d.authorization, ...UPSTREAM_HEADERS } : { authorization: d.authorization, origin: d.origin, ...UPSTREAM_HEADERS };
+        const res = await this.o.upstream.get(path, headers, d.caller.userId);
         d.upstreamMs = performance.now() - started;
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (classifyAnswer(res) !== 'not-json') access.afterFill(answered, res.status);

@@ -147,6 +147,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   const checks: ReadinessCheck[] = redisCheck ? [health.readiness(), redisCheck] : [health.readiness()];
   const { app: management, startDraining } = buildManagement(metrics, checks, {
     token: () => current.admin.token,
+    viewerToken: () => current.admin.viewerToken,
     cache,
     metrics,
     stats,

@@ -11,7 +11,7 @@
  */
 import { hash } from 'node:crypto';
 import type { CanonicalRequest } from '../api/normalize.js';
-import type { CacheEntry } from '../cache/entry.js';
+import { FIELD_VALUE, type CacheEntry } from '../cache/entry.js';
 import { operationTag, type Scope } from '../cache/key.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import { classifyAnswer } from '../upstream/answer.js';
@@ -50,11 +50,12 @@ export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: 
   return {
     status: 200,
     headers: {
+      ...keptHeaders(res, policy.storedHeaders),
       'content-type': typeof contentType === 'string' ? contentType : 'application/json',
       etag,
       // Answers are per caller: no shared cache downstream may store them (RFC 9111 §5.2.2.7).
       'cache-control': 'private',
-      vary: 'Authorization, Accept-Encoding',
+      vary: variesOnOrigin(res) ? 'Authorization, Accept-Encoding, Origin' : 'Authorization, Accept-Encoding',
     },
     body: res.body,
     etag,
@@ -64,6 +65,26 @@ export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: 
     staleIfErrorUntil: freshUntil + decided.staleIfErrorMs,
     tags: entryTags(req, decided.tags, scope, projectId),
   };
+}
+
+/**
+ * The instance's headers that `cache.storedHeaders` keeps (CORS by default), as it sent them; one
+ * it sent twice, or with a value node would refuse to write (a control character), is left out.
+ */
+function keptHeaders(res: UpstreamResponse, names: readonly string[]): Record<string, string> {
+  const kept: Record<string, string> = {};
+  for (const name of names) {
+    const value = res.headers[name];
+    if (typeof value === 'string' && FIELD_VALUE.test(value)) kept[name] = value;
+  }
+  return kept;
+}
+
+/** The instance's answer depends on the Origin (`Vary: Origin` or `*`): the cached one says so too, as its key does (decide.ts). */
+function variesOnOrigin(res: UpstreamResponse): boolean {
+  const vary = res.headers['vary'];
+  const text = Array.isArray(vary) ? vary.join(',') : vary;
+  return text !== undefined && text.split(',').some((token) => /^\s*(?:origin|\*)\s*$/i.test(token));
 }
 
 /**

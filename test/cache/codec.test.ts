@@ -165,6 +165,16 @@ describe('codec', () => {
     }
   });
 
+  it('reads back the instance\'s CORS headers an entry keeps (cache.storedHeaders), and refuses one with a control character', async () => {
+    const cors = { 'access-control-allow-origin': 'https://dash.example.com', 'access-control-allow-credentials': 'true', 'access-control-expose-headers': 'ETag' };
+    const entry = makeEntry(now);
+    const opened = await openEntry(await enc({ ...entry, headers: { ...entry.headers, ...cors } }), { macKey }, KEY);
+    expect(opened.kind).toBe('ok');
+    expect(opened.kind === 'ok' ? opened.value.headers : {}).toMatchObject(cors);
+    const planted = await enc({ ...entry, headers: { ...entry.headers, 'access-control-allow-origin': 'https://a\r\nset-cookie: x=1' } });
+    expect(await openEntry(planted, { macKey }, KEY)).toMatchObject({ kind: 'rejected', reason: 'invalid' });
+  });
+
   it('refuses a keyring with a short key or a missing current id, naming it', () => {
     expect(() => assertKeyring({ keys: { a: randomBytes(16) }, current: 'a' })).toThrow(/"a" must be 32 bytes/);
     expect(() => assertKeyring({ keys: { a: k1 }, current: 'b' })).toThrow(/current "b"/);

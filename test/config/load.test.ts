@@ -248,7 +248,7 @@ describe('unknown settings and flags', () => {
 });
 
 describe('environment variables and flags', () => {
-  const cases: readonly { setting: string; env?: string; flag?: string; raw: string; value: unknown }[] = [
+  const cases: readonly { setting: string; env?: string; flag?: string; raw: string; value: unknown; with?: Record<string, string> }[] = [
     { setting: 'upstream.url', env: 'TM_CACHE_UPSTREAM', flag: '--upstream', raw: 'https://tm.example.com', value: 'https://tm.example.com' },
     { setting: 'server.host', env: 'TM_CACHE_HOST', flag: '--host', raw: '0.0.0.0', value: '0.0.0.0' },
     { setting: 'server.port', env: 'TM_CACHE_PORT', flag: '--port', raw: '8081', value: 8081 },
@@ -260,6 +260,8 @@ describe('environment variables and flags', () => {
     { setting: 'identity.hmacSecret', env: 'TM_CACHE_HMAC_SECRET', raw: HMAC, value: HMAC },
     { setting: 'log.access', env: 'TM_CACHE_LOG_ACCESS', raw: 'errors', value: 'errors' },
     { setting: 'admin.token', env: 'TM_CACHE_ADMIN_TOKEN', raw: 'an-admin-token-of-24-chars', value: 'an-admin-token-of-24-chars' },
+    { setting: 'admin.viewerToken', env: 'TM_CACHE_ADMIN_VIEWER_TOKEN', raw: 'a-viewer-token-of-24-char', value: 'a-viewer-token-of-24-char',
+      with: { TM_CACHE_ADMIN_TOKEN: 'an-admin-token-of-24-chars' } },
     { setting: 'cache.redis.username', env: 'TM_CACHE_REDIS_USERNAME', raw: 'tm-cache', value: 'tm-cache' },
     { setting: 'cache.redis.password', env: 'TM_CACHE_REDIS_PASSWORD', raw: 's3cret pass', value: 's3cret pass' },
     { setting: 'cache.redis.commandTimeoutMs', env: 'TM_CACHE_REDIS_COMMAND_TIMEOUT_MS', raw: '250', value: 250 },
@@ -267,8 +269,17 @@ describe('environment variables and flags', () => {
     { setting: 'cache.redis.sentinelPassword', env: 'TM_CACHE_REDIS_SENTINEL_PASSWORD', raw: 'sentinel-pw', value: 'sentinel-pw' },
   ];
 
-  it.each(cases.filter((c) => c.env !== undefined))('$env sets $setting', ({ setting, env, raw, value }) => {
-    expect(get(load({ env: { ...WITH_SECRET, [env!]: raw } }), setting)).toEqual(value);
+  it.each(cases.filter((c) => c.env !== undefined))('$env sets $setting', ({ setting, env, raw, value, with: more }) => {
+    expect(get(load({ env: { ...WITH_SECRET, ...more, [env!]: raw } }), setting)).toEqual(value);
+  });
+
+  it('refuses a viewer token without an admin token, or equal to it, without showing either', () => {
+    const viewer = 'a-viewer-token-of-24-char';
+    const alone = configError(() => load({ env: { TM_CACHE_ADMIN_VIEWER_TOKEN: viewer } })).message;
+    expect(alone).toContain('admin.viewerToken (from TM_CACHE_ADMIN_VIEWER_TOKEN): received <redacted>; allowed: empty while admin.token is empty');
+    const same = configError(() => load({ env: { TM_CACHE_ADMIN_VIEWER_TOKEN: viewer, TM_CACHE_ADMIN_TOKEN: viewer } })).message;
+    expect(same).toContain('a token other than admin.token');
+    expect(alone + same).not.toContain(viewer);
   });
 
   it.each(cases.filter((c) => c.flag !== undefined))('$flag sets $setting, as two words or with =', ({ setting, flag, raw, value }) => {

@@ -12,7 +12,7 @@
 import { existsSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { STATUS_PAGE_HEADERS, STATUS_PAGE_HTML } from '../../src/ops/status-page.js';
 
 export const CHROMIUM_PATH = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
@@ -39,16 +39,20 @@ export interface Tab {
   readonly page: Page;
   /** Console errors, uncaught exceptions, CSP violations and dialogs (alert…) seen so far. */
   problems(): string[];
+  /** What a browser keeps across a restart (cookies, localStorage; never sessionStorage). */
+  storageState(): Promise<StorageState>;
   close(): Promise<void>;
 }
+
+export type StorageState = Awaited<ReturnType<BrowserContext['storageState']>>;
 
 /**
  * A fresh browser context (its own sessionStorage) with one page at `url`. CSP violations are
  * caught by a `securitypolicyviolation` listener installed before any page script runs (an init
  * script runs outside the page's CSP) as well as by Chromium's console error for them.
  */
-export async function openTab(browser: Browser, url: string, viewport = { width: 1280, height: 800 }): Promise<Tab> {
-  const context = await browser.newContext({ viewport });
+export async function openTab(browser: Browser, url: string, viewport = { width: 1280, height: 800 }, storageState?: StorageState): Promise<Tab> {
+  const context = await browser.newContext({ viewport, ...(storageState === undefined ? {} : { storageState }) });
   const page = await context.newPage();
   const problems: string[] = [];
   page.on('console', (msg) => {
@@ -65,12 +69,13 @@ export async function openTab(browser: Browser, url: string, viewport = { width:
       window.__reportCspViolation(e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline')));`,
   });
   await page.goto(url);
-  return { page, problems: () => [...problems], close: () => context.close() };
+  return { page, problems: () => [...problems], storageState: () => context.storageState(), close: () => context.close() };
 }
 
-/** Types the admin token into the page's form and submits it. */
-export async function signIn(page: Page, token: string): Promise<void> {
+/** Types the admin token into the page's form (ticking "Remember on this device" when asked) and submits it. */
+export async function signIn(page: Page, token: string, remember = false): Promise<void> {
   await page.getByLabel('Admin token').fill(token);
+  if (remember) await page.getByLabel('Remember on this device').check();
   await page.getByRole('button', { name: 'Show status' }).click();
 }
 
@@ -110,6 +115,8 @@ export interface StatsFixture {
   setToken(token: string | null): void;
   /** A status other than 200 makes /admin/stats fail with it (with the right token); null: answer. */
   setFailure(status: number | null): void;
+  /** Every request target the fixture received, as its access log would show them. */
+  requestTargets(): string[];
   close(): Promise<void>;
 }
 
@@ -125,7 +132,9 @@ export async function startStatsFixture(
   headers: Readonly<Record<string, string>> = STATUS_PAGE_HEADERS,
 ): Promise<StatsFixture> {
   let current = { token, stats, failure: null as number | null };
+  const targets: string[] = [];
   const server: Server = createServer((req, res) => {
+    targets.push(req.url ?? '');
     const json = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify(body));
@@ -149,6 +158,7 @@ export async function startStatsFixture(
     setStats: (stats) => void (current = { ...current, stats }),
     setToken: (token) => void (current = { ...current, token }),
     setFailure: (failure) => void (current = { ...current, failure }),
+    requestTargets: () => [...targets],
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

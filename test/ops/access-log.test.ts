@@ -66,6 +66,21 @@ describe('the access log', () => {
     expect((await httpGet(proxy.url + path, m.token)).headers['x-request-id']).not.toBe(hit.headers['x-request-id']);
   });
 
+  it('names the client\'s address and User-Agent, and for a refused request the parameter refused (never its value)', async () => {
+    const m = emulator.tokens.member(0);
+    const ua = 'dashboard/1.2 (wall screen; "quoted")';
+    await httpGet(`${proxy.url}/api/v1/projects/${m.project_ids[0]}/runs?per_page=15`, m.token, { 'user-agent': ua });
+    const refused = await httpGet(`${proxy.url}/api/v1/projects/${m.project_ids[0]}/runs?per_page=99999`, m.token, { 'user-agent': 'x'.repeat(1_000) });
+    expect(refused.status).toBe(422);
+    await httpGet(`${proxy.url}/api/v1/projects/${m.project_ids[0]}/cases`, m.token, { 'user-agent': ua });
+    const [ok, invalid, forwarded] = access();
+    expect(ok).toMatchObject({ status: 200, client: '127.0.0.1', userAgent: ua });
+    expect(ok!['refused']).toBeUndefined();
+    expect(invalid).toMatchObject({ status: 422, refused: 'per_page', client: '127.0.0.1', userAgent: 'x'.repeat(256) });
+    expect(JSON.stringify(invalid)).not.toContain('99999');
+    expect(forwarded).toMatchObject({ outcome: 'passthrough', client: '127.0.0.1', userAgent: ua });
+  });
+
   it('gives a request with an unusable X-Request-Id (spaces, too long) a new id instead', async () => {
     const m = emulator.tokens.member(0);
     for (const given of ['has spaces in it', 'x'.repeat(129)]) {
@@ -102,7 +117,10 @@ describe('the access log', () => {
     expect(all).not.toContain(m.token);
     expect(all).not.toContain('refused-token-value');
     expect(all).not.toContain('secret-value');
-    expect(all).not.toContain('per_page');
+    // The refused parameter is named, its value never is.
+    expect(invalid).toMatchObject({ refused: 'per_page' });
+    expect(all).not.toContain('per_page=7');
+    expect(all).not.toMatch(/"per_page[^"]*":7/);
   });
 
   it('log.access=errors writes only failures; off writes nothing; a sample of 0 keeps only errors', async () => {

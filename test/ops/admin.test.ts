@@ -50,6 +50,28 @@ describe('admin API access', () => {
   });
 });
 
+describe('the viewer token (admin.viewerToken)', () => {
+  const VIEWER = 'viewer-token-for-wall-screens-42';
+
+  it('reads /admin/stats and the page, and is refused purges and entries with a 403 naming the rule', async () => {
+    const p = await env.replica({ ...withRedis(), admin: { token: TOKEN, viewerToken: VIEWER } });
+    const stats = await admin(p, 'GET', '/admin/stats', undefined, VIEWER);
+    expect(stats.status).toBe(200);
+    expect(stats.json().requests).toBeDefined();
+    expect((await admin(p, 'GET', '/', undefined, VIEWER)).status).toBe(200);
+    for (const [method, path] of [['POST', '/admin/purge'], ['GET', '/admin/entries']] as const) {
+      const res = await admin(p, method, path, method === 'POST' ? { all: true } : undefined, VIEWER);
+      expect(res.status, `${method} ${path}`).toBe(403);
+      expect(res.headers['content-type']).toMatch(/^application\/json/);
+      expect(res.json().message).toContain('admin.viewerToken');
+      expect(res.json().errors.authorization[0]).toMatch(/read-only/);
+    }
+    // The admin token still does everything; a wrong token is still 401, not 403.
+    expect((await admin(p, 'GET', '/admin/entries')).status).toBe(200);
+    expect((await admin(p, 'GET', '/admin/entries', undefined, `${VIEWER}x`)).status).toBe(401);
+  });
+});
+
 describe('POST /admin/purge', () => {
   it('drops a tag on every replica and in Redis: the next request is a miss everywhere', async () => {
     const a = await env.replica(withRedis());

@@ -9,7 +9,7 @@ import { mkdirSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { STATUS_PAGE_CSP, STATUS_PAGE_HEADERS, STATUS_PAGE_HTML } from '../../src/ops/status-page.js';
-import { launchChromium, openTab, readStat, readTopTable, signIn, startStatsFixture, waitForFigures, type StatsFixture, type Tab } from '../helpers/chromium.js';
+import { launchChromium, openTab, readStat, readTopTable, signIn, startStatsFixture, waitForFigures, type StatsFixture, type StorageState, type Tab } from '../helpers/chromium.js';
 
 const TOKEN = 'fixture-admin-token';
 const BUCKET_MS = 10_000;
@@ -81,8 +81,8 @@ let browser: Browser;
 let fixture: StatsFixture;
 const tabs: Tab[] = [];
 
-async function open(url = `${fixture.url}/`, viewport?: { width: number; height: number }): Promise<Tab> {
-  const tab = await openTab(browser, url, viewport);
+async function open(url = `${fixture.url}/`, viewport?: { width: number; height: number }, storageState?: StorageState): Promise<Tab> {
+  const tab = await openTab(browser, url, viewport, storageState);
   tabs.push(tab);
   return tab;
 }
@@ -275,6 +275,54 @@ describe('the admin token', () => {
     expect(await tab.page.locator('#login').isVisible()).toBe(true);
     // The 401s are the browser's own console lines about a failed fetch; nothing else.
     expect(tab.problems().filter((p) => !p.includes('401'))).toEqual([]);
+  });
+
+  it('signs in from a link\'s #token= fragment, read once and removed from the address bar, never sent to the server', async () => {
+    const tab = await open(`${fixture.url}/#token=${encodeURIComponent(TOKEN)}`);
+    await waitForFigures(tab.page);
+    expect(tab.page.url()).toBe(`${fixture.url}/`);
+    expect(await tab.page.evaluate('location.hash')).toBe('');
+    // Kept in this tab only, as a typed token is by default.
+    expect(await tab.page.evaluate(`sessionStorage.getItem('tm-cache.adminToken')`)).toBe(TOKEN);
+    expect(await tab.page.evaluate('localStorage.length')).toBe(0);
+    expect(fixture.requestTargets().filter((target) => target.includes(TOKEN))).toEqual([]);
+    // A reload finds no fragment any more, and the session's token still signs in.
+    await tab.page.reload();
+    await waitForFigures(tab.page);
+    expect(tab.problems()).toEqual([]);
+  });
+
+  it('stays signed in across a browser restart only when "Remember on this device" is ticked', async () => {
+    const once = await open();
+    await signIn(once.page, TOKEN);
+    await waitForFigures(once.page);
+    // A restarted browser keeps cookies and localStorage, never sessionStorage: the form again.
+    const restarted = await open(undefined, undefined, await once.storageState());
+    expect(await restarted.page.getAttribute('body', 'data-state')).toBe('login');
+
+    const remembered = await open();
+    await signIn(remembered.page, TOKEN, true);
+    await waitForFigures(remembered.page);
+    expect(await remembered.page.evaluate('sessionStorage.length')).toBe(0);
+    const saved = await remembered.storageState();
+    const wall = await open(undefined, undefined, saved);
+    await waitForFigures(wall.page);
+    expect(await wall.page.locator('#login').isHidden()).toBe(true);
+
+    // "Forget token" forgets it on the device too: the next start asks again.
+    await wall.page.getByRole('button', { name: 'Forget token' }).click();
+    await wall.page.waitForSelector('body[data-state="login"]');
+    const afterForget = await open(undefined, undefined, await wall.storageState());
+    expect(await afterForget.page.getAttribute('body', 'data-state')).toBe('login');
+    expect(wall.problems()).toEqual([]);
+  });
+
+  it('explains what the token is, where it comes from and where it is kept', async () => {
+    const tab = await open();
+    const login = (await tab.page.locator('#login').textContent()) ?? '';
+    for (const words of ['admin.token', 'TM_CACHE_ADMIN_TOKEN', 'admin.viewerToken', 'read-only', 'sessionStorage', 'localStorage', 'tm-cache demo']) {
+      expect(login).toContain(words);
+    }
   });
 
   it('keeps the last figures and says so while /admin/stats fails, and recovers', async () => {

@@ -2,6 +2,12 @@
  * The status page's browser code: asks for the admin token, keeps it in sessionStorage and polls
  * `GET /admin/stats` every 2 s, then shows the figures, two charts and two tables.
  *
+ * The token comes from the form, or once from a sign-in link's fragment (`/#token=...`, what
+ * `tm-cache demo` prints): a fragment is never sent to the server, so it reaches no access log;
+ * it is read at load and removed from the address bar (and the history entry) at once. The form's
+ * "remember on this device" keeps it in localStorage instead, across browser restarts (a wall
+ * screen with a viewer token); "Forget token" removes it from both.
+ *
  * A classic script, not a module: it is inlined into index.html at start-up (src/ops/status-page.ts)
  * and allowed by the hash of exactly those bytes, so it imports nothing and is wrapped in a function
  * that leaves no global behind (strict mode comes from the "use strict" the compiler puts first).
@@ -77,6 +83,7 @@
   const loginForm = byId('login-form', HTMLFormElement);
   const loginError = byId('login-error', HTMLElement);
   const tokenInput = byId('token', HTMLInputElement);
+  const rememberInput = byId('remember', HTMLInputElement);
   const dashboard = byId('dashboard', HTMLElement);
   const banner = byId('banner', HTMLElement);
   const updated = byId('updated', HTMLElement);
@@ -426,10 +433,38 @@
     drawCharts(s);
   }
 
+  // ---- the token ---------------------------------------------------------------------------
+  /** This tab's token, else the one remembered on this device, else null. */
+  function storedToken(): string | null {
+    return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY);
+  }
+  /** In this tab only (sessionStorage), or on this device when asked (localStorage): one place, never both. */
+  function keepToken(token: string, remember: boolean): void {
+    forgetToken();
+    (remember ? localStorage : sessionStorage).setItem(TOKEN_KEY, token);
+  }
+  function forgetToken(): void {
+    sessionStorage.removeItem(TOKEN_KEY);
+    localStorage.removeItem(TOKEN_KEY);
+  }
+  /**
+   * The token of a sign-in link (`#token=...`), read once: the fragment is removed from the
+   * address bar and from this history entry before anything else, so it is neither shown nor
+   * bookmarked nor shared with a screenshot. Kept in this tab only.
+   */
+  function takeTokenFromFragment(): void {
+    const match = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+    if (match === null) return;
+    history.replaceState(null, '', location.pathname + location.search);
+    let token = '';
+    try { token = decodeURIComponent(match[1] || '').trim(); } catch { token = ''; }
+    if (token) keepToken(token, false);
+  }
+
   // ---- polling ----------------------------------------------------------------------------
   function showLogin(message: string): void {
     stop();
-    sessionStorage.removeItem(TOKEN_KEY);
+    forgetToken();
     body.setAttribute('data-state', message ? 'unauthorized' : 'login');
     document.title = 'tm-cache status';
     loginError.textContent = message || '';
@@ -464,13 +499,13 @@
   }
   function poll(): void {
     timer = null;
-    const token = sessionStorage.getItem(TOKEN_KEY);
+    const token = storedToken();
     if (!token) { showLogin(''); return; }
     const controller = new AbortController();
     inFlight = controller;
     fetch('/admin/stats', { headers: { authorization: 'Bearer ' + token }, cache: 'no-store', signal: controller.signal })
       .then(function (res): Promise<void> | void {
-        if (res.status === 401) { showLogin('The admin token was refused (401). Enter it again.'); return; }
+        if (res.status === 401) { showLogin('The token was refused (401): it is not this instance\'s admin.token nor its admin.viewerToken. Enter it again.'); return; }
         if (res.status === 404) {
           body.setAttribute('data-state', 'disabled');
           showBanner('The admin API is off on this instance (404): set admin.token (TM_CACHE_ADMIN_TOKEN) to enable it.');
@@ -507,7 +542,7 @@
     e.preventDefault();
     const token = tokenInput.value.trim();
     if (!token) return;
-    sessionStorage.setItem(TOKEN_KEY, token);
+    keepToken(token, rememberInput.checked);
     tokenInput.value = '';
     loginError.hidden = true;
     body.setAttribute('data-state', 'loading');
@@ -522,5 +557,6 @@
     resizeTimer = setTimeout(function () { if (last && !dashboard.hidden) drawCharts(last); }, 150);
   });
 
-  if (sessionStorage.getItem(TOKEN_KEY)) poll(); else showLogin('');
+  takeTokenFromFragment();
+  if (storedToken()) poll(); else showLogin('');
 })();
