@@ -5,7 +5,7 @@
  *        │ an entry of a project whose access by this user lapsed (access-confirmation.ts):
  *        │ confirm first (async) ── refused ─▶ the user's entries of the project dropped, filled
  *        │ an entry of projects not confirmable one by one, past projectConfirmMs from its fill ─▶ filled
- *        ▼ ──fresh──▶ hit
+ *        ▼ ──fresh──▶ hit (in its last part of freshness: refreshed ahead, in the background)
  *        │ stale within stale-while-revalidate ─▶ serve it, refresh in background (coalesced)
  *        ▼ missing, or the client asked to revalidate
  *   caller rate-limited? (retry-after.ts) ─▶ stale if usable, else 429 with the remaining wait
@@ -15,7 +15,8 @@
  *        ├ 429 ─▶ the caller is gated; stale, else relayed with a Retry-After within the cap
  *        ├ 3xx ─▶ relayed whole, Location included, never stored (RFC 9110 §15.4)
  *        ├ 401/403/4xx ─▶ relayed verbatim, never stored; access rules applied (access.ts)
- *        └ 5xx, not JSON, timeout, refused ─▶ stale within stale-if-error, else 502/504 JSON
+ *        ├ 5xx, not JSON, timeout, refused ─▶ stale within stale-if-error, else 502/504 JSON
+ *        └ no budget token in time (fleet-budget.ts) ─▶ stale within stale-if-error (detail=budget), else 429 JSON
  *
  * `serve` answers synchronously whenever the first tier does (a fresh memory hit: no promise,
  * no I/O), asynchronously otherwise; one lookup path takes either (undici's cache interceptor
@@ -23,13 +24,13 @@
  */
 import { makePath } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
-import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
+import { isDueForRefreshAhead, isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
 import type { CoalescedRun } from '../cache/coalesce.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import type { TierName } from '../cache/tier.js';
-import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import { UPSTREAM_HEADERS, UpstreamError, toUpstreamError, type BudgetPriority, type Upstream, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
 import { projectOf, revealsProjects, type ProjectAccess } from './access-confirmation.js';
 import type { Decision } from './decide.js';
@@ -78,10 +79,19 @@ export interface ReadThroughOptions {
   readonly maxEntryBytes: number;
   readonly now: () => number;
   readonly onBackgroundError: (err: unknown, key: string) => void;
+  /**
+   * Refresh-ahead (`cache.refreshAhead`): the share of freshness elapsed after which a fresh hit
+   * starts a background refresh; undefined: off. `mayRefreshAhead`: false while the fleet's budget
+   * is paused, so that no read then even claims a fill lock for a refresh that cannot be sent.
+   */
+  readonly refreshAheadStartAt?: number | undefined;
+  readonly mayRefreshAhead?: (() => boolean) | undefined;
 }
 
 export class ReadThrough {
   readonly #filler: Filler<Unstored>;
+  /** Entries whose refresh-ahead was started: at most one upstream request per key per freshness period. */
+  readonly #refreshedAhead = new WeakSet<CacheEntry>();
 
   constructor(private readonly o: ReadThroughOptions) {
     this.#filler = new Filler<Unstored>({
@@ -117,16 +127,45 @@ export class ReadThrough {
   #afterLookup(d: Decision, found: Found | undefined, now: number, confirmed = false, acceptStored = !d.noCache): Served | Promise<Served> {
     if (found !== undefined && !confirmed && this.#needsConfirmation(d, found.entry, now)) return this.#confirmThenServe(d, found);
     if (found !== undefined && !d.noCache) {
-      if (isFresh(found.entry, now)) return { kind: 'entry', entry: found.entry, outcome: HIT[found.tier] };
+      if (isFresh(found.entry, now)) {
+        // Refresh-ahead: one comparison on the common hit, no allocation (entry.ts isDueForRefreshAhead).
+        const startAt = this.o.refreshAheadStartAt;
+        if (startAt !== undefined && isDueForRefreshAhead(found.entry, now, startAt)) this.#refreshAhead(d, found.entry);
+        return { kind: 'entry', entry: found.entry, outcome: HIT[found.tier] };
+      }
       if (isUsableWhileRevalidating(found.entry, now)) {
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
-        if (!this.#filler.isRunning(d.fillKey)) this.#filler.run(this.#job(d)).promise.catch((err: unknown) => this.o.onBackgroundError(err, d.key));
+        if (!this.#filler.isRunning(d.fillKey)) this.#filler.run(this.#job(d, !d.noCache, 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
         return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: 'stale-while-revalidate' } };
       }
     }
     const blockedMs = this.o.gate.blockedMs(d.caller.userId, now);
     if (blockedMs > 0) return whileRateLimited(found, now, blockedMs);
     return this.#fillAndServe(d, found, now, acceptStored);
+  }
+
+  /**
+   * A fresh entry read in its last part of freshness (being polled): refreshed now, in the
+   * background, at the budget's lowest priority (`ahead`: skipped, never queued, without a token
+   * at hand), coalesced with any fill of the key. Once per entry: a refresh that got its token
+   * replaces the entry (a new freshness period); one skipped for want of a token may be tried
+   * again by a later read. A key nobody reads is never refreshed.
+   * acceptStored false: the entry held is still fresh, so the cross-replica lock must not answer
+   * with it (fill.ts); another replica's refresh under way is waited for all the same.
+   */
+  #refreshAhead(d: Decision, entry: CacheEntry): void {
+    if (this.#refreshedAhead.has(entry) || this.#filler.isRunning(d.fillKey)) return;
+    if (this.o.mayRefreshAhead?.() === false) return;
+    this.#refreshedAhead.add(entry);
+    this.#filler.run(this.#job(d, false, 'ahead')).promise.catch((err: unknown) => {
+      if (toUpstreamError(err).code === 'budget-spent') this.#refreshedAhead.delete(entry);
+      else this.o.onBackgroundError(err, d.key);
+    });
+  }
+
+  /** A background refresh that failed; one the budget had no token for is no error (the stale entry served meanwhile is marked). */
+  #backgroundFailed(err: unknown, key: string): void {
+    if (toUpstreamError(err).code !== 'budget-spent') this.o.onBackgroundError(err, key);
   }
 
   async #fillAndServe(d: Decision, found: Found | undefined, now: number, acceptStored: boolean, standing: Standing = 'confirmed'): Promise<Served> {
@@ -138,6 +177,8 @@ export class ReadThrough {
     } catch (err) {
       const failure = toUpstreamError(err);
       if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now);
+      // The fleet's budget is spent: stale within stale-if-error, marked `detail=budget`; else a 429 (served.ts).
+      if (failure.code === 'budget-spent' && found !== undefined && isUsableOnError(found.entry, now)) return staleForBudget(found);
       if (found !== undefined && isUsableOnError(found.entry, now)) return staleOnError(found);
       return upstreamFailure(failure);
     }
@@ -233,7 +274,7 @@ export class ReadThrough {
   }
 
   /** The fill of one decided request: ask upstream with the caller's credential, keep what is storable. */
-  #job(d: Decision, acceptStored = !d.noCache): FillJob<Unstored> {
+  #job(d: Decision, acceptStored = !d.noCache, priority: BudgetPriority = 'client'): FillJob<Unstored> {
     const access = this.o.access;
     const answered = answeredRequest(d);
     return {
@@ -247,7 +288,7 @@ export class ReadThrough {
         const askedAt = this.o.now();
         const started = performance.now();
         // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
-        const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS }, d.caller.userId);
+        const res = await this.o.upstream.get(path, { authorization: d.authorization, ...UPSTREAM_HEADERS }, d.caller.userId, priority);
         d.upstreamMs = performance.now() - started;
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (isApiAnswer(res)) access.afterFill(answered, res.status);
@@ -301,6 +342,14 @@ function staleOnError(found: Found, upstreamStatus?: number): Served {
   const outcome: CacheOutcome = { kind: 'stale', tier: found.tier, detail: 'stale-if-error', ...(upstreamStatus ? { upstreamStatus } : {}) };
   return { kind: 'entry', entry: found.entry, outcome };
 }
+
+/** The stale entry served because the fleet's upstream budget had no token in time. */
+function staleForBudget(found: Found): Served {
+  return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: BUDGET_DETAIL } };
+}
+
+/** `Cache-Status: ...; detail=budget`: a stale answer the budget deferred to (metrics count it). */
+export const BUDGET_DETAIL = 'budget';
 
 function whileRateLimited(found: Found | undefined, now: number, blockedMs: number): Served {
   if (found !== undefined && isUsableOnError(found.entry, now)) {
