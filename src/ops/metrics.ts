@@ -220,11 +220,12 @@ export function createMetrics(options: MetricsOptions): Metrics {
     'Background work skipped rather than queued because no budget token was at hand, by priority.',
     'counter', ['priority'], [], registry);
   const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0, budgetDeferredToStale: 0, budgetRefused: 0 };
+  const deferredHelp = 'Client requests the fleet\'s upstream budget had no token for within upstream.budget.maxWaitMs, by what they got: stale (a stale answer within cache.staleIfErrorMs, Cache-Status detail=budget) or refused (429 with a Retry-After).';
   registry.registerMetric({
     name: 'tm_cache_upstream_budget_deferred_total',
-    help: 'Client requests the fleet\'s upstream budget had no token for within upstream.budget.maxWaitMs, by what they got: stale (a stale answer within cache.staleIfErrorMs, Cache-Status detail=budget) or refused (429 with a Retry-After).',
+    help: deferredHelp,
     type: 'counter',
-    get: () => ({ name: 'tm_cache_upstream_budget_deferred_total', type: 'counter', values: [
+    get: () => ({ name: 'tm_cache_upstream_budget_deferred_total', help: deferredHelp, type: 'counter', values: [
       { value: totals.budgetDeferredToStale, labels: { to: 'stale' } },
       { value: totals.budgetRefused, labels: { to: 'refused' } },
     ], aggregator: 'sum' }),
