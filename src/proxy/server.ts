@@ -67,7 +67,9 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now, onEvict: () => metrics.eviction('memory') });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
   const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}) });
-  const budget = makeFleetBudget(config, redis, metrics, logger);
+  // The budget's clock is monotonic and real (its bucket refills as time passes), plus any step an
+  // injected clock (`options.now`, tests) takes ahead of real time: a test stepping past a pause ends it.
+  const budget = makeFleetBudget(config, redis, metrics, logger, options.now && steppedClock(options.now));
   const client = new UpstreamClient(config.upstream, budget);
   const stats = new RequestStats(now);
   const health = new UpstreamHealth({
@@ -185,7 +187,23 @@ export async function startProxy(config: Config, options: StartOptions): Promise
  * The fleet's upstream budget (fleet-budget.ts): shared through Redis when it is configured, this
  * replica's own otherwise; its events counted (metrics.ts) and its pauses logged, start and end.
  */
-function makeFleetBudget(config: Config, redis: RedisRoles | undefined, metrics: Metrics, logger: Logger): FleetBudget {
+const MIN_CLOCK_STEP_MS = 1_000;
+
+/** performance.now(), plus the steps (over a second each) `now` took beyond real time since the first call: monotonic. */
+function steppedClock(now: () => number): () => number {
+  let lastNow = now();
+  let lastReal = performance.now();
+  let aheadMs = 0;
+  return () => {
+    const [n, real] = [now(), performance.now()];
+    const stepMs = n - lastNow - (real - lastReal);
+    if (stepMs > MIN_CLOCK_STEP_MS) aheadMs += stepMs; // a step, not two clocks' jitter
+    [lastNow, lastReal] = [n, real];
+    return real + aheadMs;
+  };
+}
+
+function makeFleetBudget(config: Config, redis: RedisRoles | undefined, metrics: Metrics, logger: Logger, now?: () => number): FleetBudget {
   const b = config.upstream.budget;
   let resumeCheck: NodeJS.Timeout | undefined;
   const budget: FleetBudget = new FleetBudget({
@@ -197,6 +215,7 @@ function makeFleetBudget(config: Config, redis: RedisRoles | undefined, metrics:
     // Every request that may wait for a token: fills' and identity look-ups' queues together.
     maxQueue: config.upstream.maxQueue + config.identity.maxQueue,
     maxPerCaller: config.upstream.maxPerUser,
+    ...(now ? { now } : {}),
     events: {
       ...metrics.budget,
       paused(pauseMs) {
