@@ -73,6 +73,14 @@ export function isFresh(entry: CacheEntry, now: number): boolean {
   return now < entry.freshUntil;
 }
 
+/**
+ * Refresh-ahead (read-through.ts): has `startAt` (0–1) of the entry's freshness elapsed? Plain
+ * arithmetic on two numbers the entry holds: no allocation on the hit path.
+ */
+export function isDueForRefreshAhead(entry: CacheEntry, now: number, startAt: number): boolean {
+  return now >= entry.storedAt + (entry.freshUntil - entry.storedAt) * startAt;
+}
+
 export function isUsableWhileRevalidating(entry: CacheEntry, now: number): boolean {
   return now < entry.staleWhileRevalidateUntil;
 }

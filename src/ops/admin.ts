@@ -22,6 +22,7 @@ import { entrySizeBytes, type MemoryTier } from '../cache/memory-tier.js';
 import type { Invalidated, TierCounts } from '../cache/tiered.js';
 import { AdminGuard, type AdminRouteConfig } from './admin-guard.js';
 import type { Metrics } from './metrics.js';
+import type { BudgetSnapshot } from '../upstream/fleet-budget.js';
 import type { RequestStats } from './stats.js';
 import { STATUS_PAGE_HEADERS, STATUS_PAGE_HTML } from './status-page.js';
 import type { ReadinessCheck } from './management.js';
@@ -43,6 +44,8 @@ export interface AdminDeps {
   readonly stats: RequestStats;
   readonly health: UpstreamHealth;
   readonly upstreamLoad: () => { active: number; queued: number };
+  /** The fleet's upstream budget as this replica knows it (fleet-budget.ts); absent in tests that build the admin API alone. */
+  readonly budget?: (() => BudgetSnapshot) | undefined;
   /** Redis' state (its readiness check), when it is configured. */
   readonly redis?: { readonly check: ReadinessCheck; errors(): number } | undefined;
   readonly logger: Logger;
@@ -255,6 +258,7 @@ function statsOf(deps: AdminDeps): unknown {
       last429At: health.last429At,
       recent429: health.recent429(),
       ...deps.upstreamLoad(),
+      budget: budgetOf(deps),
     },
     bytes: { sent: metrics.totals.bytesSent, savedBy304: metrics.totals.notModifiedSaved },
     memory: { ...memory.stats(), maxBytes: memory.maxBytes, evictions: metrics.families.evictions.total({ tier: 'memory' }) },
@@ -264,4 +268,36 @@ function statsOf(deps: AdminDeps): unknown {
     top: { operations: stats.topOperations(), users: stats.topUsers() },
     series: stats.series().map((b) => ({ t: b.t, requests: b.requests, byOutcome: { ...b.byOutcome }, upstream: b.upstream })),
   };
+}
+
+/** The budget in /admin/stats: where tokens come from, the rate, any pause, and what it did (counted since start). */
+function budgetOf(deps: AdminDeps): BudgetStats | null {
+  if (deps.budget === undefined) return null;
+  const s = deps.budget();
+  const { metrics } = deps;
+  return {
+    mode: s.mode,
+    rateRps: Math.round(s.rateRps * 100) / 100,
+    pausedMs: Math.ceil(s.pausedMs),
+    queued: { ...s.queued },
+    tokens: metrics.families.budgetTokens.total({}),
+    waits: metrics.families.budgetWaits.total({}),
+    spent: metrics.families.budgetWaits.total({ result: 'spent' }),
+    deferredToStale: metrics.totals.budgetDeferredToStale,
+    refused: metrics.totals.budgetRefused,
+    pauses: metrics.totals.budgetPauses,
+  };
+}
+
+export interface BudgetStats {
+  readonly mode: BudgetSnapshot['mode'];
+  readonly rateRps: number;
+  readonly pausedMs: number;
+  readonly queued: BudgetSnapshot['queued'];
+  readonly tokens: number;
+  readonly waits: number;
+  readonly spent: number;
+  readonly deferredToStale: number;
+  readonly refused: number;
+  readonly pauses: number;
 }

@@ -170,6 +170,8 @@ export interface Metrics {
   counter(name: string, help: string, read: () => number): void;
   /** The fleet budget's events (fleet-budget.ts), counted: pass as its `events`. */
   readonly budget: BudgetEvents;
+  /** A client's request the budget had no token for in time: answered stale (`stale`) or 429 (`refused`). */
+  budgetDeferred(to: 'stale' | 'refused'): void;
   /** Registers the fleet budget's gauges, read from its snapshot at scrape time (once per process). */
   watchBudget(snapshot: () => BudgetSnapshot): void;
   /** Read access for /admin/stats. */
@@ -180,7 +182,7 @@ export interface Metrics {
     readonly budgetTokens: LabelledFamily;
     readonly budgetWaits: LabelledFamily;
   };
-  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number; budgetPauses: number };
+  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number; budgetPauses: number; budgetDeferredToStale: number; budgetRefused: number };
 }
 
 export interface MetricsOptions {
@@ -234,7 +236,17 @@ export function createMetrics(options: MetricsOptions): Metrics {
     'New TLS certificates read (SIGHUP, or their files changed) by result: applied (served from the next connection on), refused (unreadable, not PEM, or a key that does not match: the certificate in use kept).',
     'counter', ['result'], [], registry);
   for (const result of CERTIFICATE_RELOAD_RESULTS) certificateReloads.slot(result);
-  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0 };
+    const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0, budgetDeferredToStale: 0, budgetRefused: 0 };
+  const deferredHelp = 'Client requests the fleet\'s upstream budget had no token for within upstream.budget.maxWaitMs, by what they got: stale (a stale answer within cache.staleIfErrorMs, Cache-Status detail=budget) or refused (429 with a Retry-After).';
+  registry.registerMetric({
+    name: 'tm_cache_upstream_budget_deferred_total',
+    help: deferredHelp,
+    type: 'counter',
+    get: () => ({ name: 'tm_cache_upstream_budget_deferred_total', help: deferredHelp, type: 'counter', values: [
+      { value: totals.budgetDeferredToStale, labels: { to: 'stale' } },
+      { value: totals.budgetRefused, labels: { to: 'refused' } },
+    ], aggregator: 'sum' }),
+  } as never);
   counterOf(registry, 'tm_cache_upstream_budget_pauses_total', 'Fleet pauses this replica learned of: a 429 from the instance, its own or another replica\'s through Redis.', () => totals.budgetPauses);
   counterOf(registry, 'tm_cache_bytes_sent_total', 'Body bytes sent to clients by the cache path (not passthrough).', () => totals.bytesSent);
   counterOf(registry, 'tm_cache_not_modified_bytes_saved_total', 'Body bytes not sent because a client\'s If-None-Match matched (304).', () => totals.notModifiedSaved);
@@ -291,6 +303,10 @@ export function createMetrics(options: MetricsOptions): Metrics {
       skipped: (priority) => budgetSkips.inc(budgetSkips.slot(priority)),
       paused: () => void totals.budgetPauses++,
       modeChanged: () => undefined,
+    },
+    budgetDeferred(to) {
+      if (to === 'stale') totals.budgetDeferredToStale++;
+      else totals.budgetRefused++;
     },
     watchBudget(snapshot) {
       const gauge = (name: string, help: string, read: (s: BudgetSnapshot) => number): void => {

@@ -84,6 +84,9 @@ export class Recorder {
     this.metrics.request(kind, outcome.tier ?? 'none', operation, res.statusCode, seconds);
     this.metrics.bytesSent(sent);
     if (r.savedBy304 > 0) this.metrics.notModifiedSaved(r.savedBy304);
+    // The fleet's budget had no token in time: a stale answer (detail=budget) or a 429 (budget-spent).
+    if (kind === 'stale' && outcome.detail === 'budget') this.metrics.budgetDeferred('stale');
+    else if (kind === 'error' && outcome.detail === 'budget-spent') this.metrics.budgetDeferred('refused');
     this.stats.request(kind, outcome.tier, operation, userId, kind === 'miss' && outcome.upstreamStatus !== undefined, t);
     if (!this.#logs(kind === 'error' || res.statusCode >= 500)) return;
     this.#log.write({

@@ -58,7 +58,8 @@ export class UpstreamHealth {
     this.#probing = true;
     this.o.probe().then(
       (res) => this.record((res as UpstreamResponse).status),
-      (err: unknown) => this.record(undefined, describe(err)),
+      // A probe the fleet's budget had no token for was never sent: it says nothing of the instance.
+      (err: unknown) => (toUpstreamError(err).code === 'budget-spent' ? undefined : this.record(undefined, describe(err))),
     ).finally(() => {
       this.#probing = false;
     });
@@ -94,16 +95,18 @@ export interface UpstreamObserver {
  */
 export function observeUpstream(upstream: UpstreamLane, health: UpstreamHealth, observe: UpstreamObserver): UpstreamLane {
   return {
-    get: async (path, headers, caller) => {
+    get: async (path, headers, caller, priority) => {
       const started = performance.now();
       try {
-        const res = await upstream.get(path, headers, caller);
+        const res = await upstream.get(path, headers, caller, priority);
         observe(operationOfPath(path), res.status, (performance.now() - started) / 1_000);
         health.record(res.status);
         return res;
       } catch (err) {
-        observe(operationOfPath(path), undefined, (performance.now() - started) / 1_000);
         const failure = toUpstreamError(err);
+        // No token from the fleet's budget: nothing was sent, nothing learned of the instance.
+        if (failure.code === 'budget-spent') throw err;
+        observe(operationOfPath(path), undefined, (performance.now() - started) / 1_000);
         // tm-cache's own full queue says nothing about the instance.
         if (failure.code !== 'queue-full' && failure.code !== 'closed') health.record(undefined, describe(err));
         throw err;

@@ -21,7 +21,8 @@ import type { FillLock } from '../cache/fill.js';
 import { FreshnessPolicy } from '../cache/policy.js';
 import { describeKey } from '../cache/key.js';
 import type { Config } from '../config/schema.js';
-import type { Upstream } from '../upstream/client.js';
+import { retryAfterMsOf, type Upstream } from '../upstream/client.js';
+import type { FleetBudget } from '../upstream/fleet-budget.js';
 import type { InvalidationBus } from '../cache/invalidation.js';
 import type { Recorder } from '../ops/recorder.js';
 import { AccessRules } from './access.js';
@@ -64,6 +65,8 @@ export interface ProxyDeps {
   readonly onIdentityLookup?: ((result: IdentityLookupResult) => void) | undefined;
   /** Told of each passthrough answer's status, or failure (upstream health). */
   readonly onPassthroughAnswer?: ((status: number | undefined, error?: string) => void) | undefined;
+  /** The fleet's upstream budget (fleet-budget.ts): told of passthrough 429s; refresh-ahead waits out its pauses. */
+  readonly budget?: Pick<FleetBudget, 'onRateLimited' | 'pausedForMs'> | undefined;
   /** Registers a gauge read at scrape time (metrics): the sizes of the pipeline's memos. */
   readonly gauge?: (name: string, help: string, read: () => number) => void;
   /** HTTPS (`server.tls`, certificates.ts): the listener serves TLS with these options; absent: plain HTTP. */
@@ -120,10 +123,12 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
   await registerPassthrough(app, config.upstream, {
     maxRetryAfterMs: () => current.upstream.maxRetryAfterMs,
     now,
-    onAnswer: (request, status, ms) => {
+    onAnswer: (request, status, ms, retryAfter) => {
       const x = exchangeOf(request.raw);
       if (x !== undefined) x.upstream = { status, ms };
       deps.onPassthroughAnswer?.(status);
+      // A 429 to a passthrough request is the account's limit too: the whole fleet pauses.
+      if (status === 429) deps.budget?.onRateLimited(retryAfterMsOf(retryAfter));
       if (WRITE_METHODS.has(request.method) && status >= 200 && status < 300) void invalidateForWrite(request.url);
     },
     onFailure: (request, status, code, ms) => {
@@ -198,6 +203,8 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     maxEntryBytes: deps.cache.maxEntryBytes,
     now,
     // The key as describeKey shows it: a log line never carries a user id with a canonical query.
+    refreshAheadStartAt: config.cache.refreshAhead.enabled ? config.cache.refreshAhead.startAt : undefined,
+    mayRefreshAhead: deps.budget === undefined ? undefined : () => deps.budget!.pausedForMs() === 0,
     onBackgroundError: (err, key) => deps.logger.warn({ err: err instanceof Error ? err.message : String(err), ...describeKey(key) }, 'background refresh failed'),
   });
   const routes = new RouteMemo(config.server.routeMemoMaxBytes);

@@ -27,7 +27,8 @@ export interface PassthroughOptions {
   /** `upstream.maxRetryAfterMs`, read per answer (reloadable). */
   readonly maxRetryAfterMs: () => number;
   /** Called with each upstream answer's status and time (ms), before it is streamed to the client. */
-  readonly onAnswer: (request: Forwarded, status: number, ms: number) => void;
+  /** `retryAfter`: the answer's Retry-After as the instance sent it (a 429 pauses the fleet's budget). */
+  readonly onAnswer: (request: Forwarded, status: number, ms: number, retryAfter: string | string[] | undefined) => void;
   /** Called when the upstream gave no answer: the status answered instead, what failed, the time (ms). */
   readonly onFailure: (request: Forwarded, status: number, code: string, ms: number) => void;
 }
@@ -61,7 +62,7 @@ export async function registerPassthrough(app: FastifyInstance, upstream: Config
         return retryAfter === undefined ? headers : { ...headers, 'retry-after': retryAfter };
       },
       onResponse: (request, reply, res) => {
-        o.onAnswer(request, res.statusCode, reply.elapsedTime);
+        o.onAnswer(request, res.statusCode, reply.elapsedTime, headersOf(res)['retry-after']);
         void reply.send(res.stream);
       },
       onError: (reply, { error }) => {
@@ -94,4 +95,7 @@ export function passthroughRequestLogger(logger: Logger): Logger {
   return logger.levelVal >= logger.levels.values['error']! ? logger : logger.child({}, { level: 'error' });
 }
 
-
+/** The upstream answer's headers: @fastify/reply-from hands undici's { statusCode, headers, stream }, typed as a node response. */
+function headersOf(res: object): Readonly<Record<string, string | string[] | undefined>> {
+  return (res as { headers?: Record<string, string | string[] | undefined> }).headers ?? {};
+}

@@ -3,7 +3,7 @@
  * asked in order (memory answers synchronously), `judge` (judge.ts) names the verdict on what
  * they hold, and `#act` carries it out, one case each:
  *
- *   fresh ─▶ hit
+ *   fresh ─▶ hit (in its last part of freshness: refreshed ahead, in the background)
  *   stale-while-revalidate ─▶ served, refreshed in the background (coalesced)
  *   confirm-access (access-confirmation.ts, async) ── confirmed ─▶ judged again
  *        └ refused ─▶ the user's entries of the project dropped; judged again with nothing held
@@ -15,7 +15,8 @@
  *        ├ 429 ─▶ the caller is gated; stale, else relayed with a Retry-After within the cap
  *        ├ 3xx ─▶ relayed whole, Location included, never stored (RFC 9110 §15.4)
  *        ├ 401/403/4xx ─▶ relayed verbatim, never stored; access rules applied (access.ts)
- *        └ 5xx, not JSON, timeout, refused ─▶ stale within stale-if-error, else 502/504 JSON
+ *        ├ 5xx, not JSON, timeout, refused ─▶ stale within stale-if-error, else 502/504 JSON
+ *        └ no budget token in time (fleet-budget.ts) ─▶ stale within stale-if-error (detail=budget), else 429 JSON
  *
  * `serve` answers synchronously whenever the first tier does (a fresh memory hit: no promise,
  * no I/O), asynchronously otherwise; one lookup path takes either (undici's cache interceptor
@@ -23,13 +24,13 @@
  */
 import { makePath } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
-import { isUsableOnError } from '../cache/entry.js';
+import { isDueForRefreshAhead, isUsableOnError, type CacheEntry } from '../cache/entry.js';
 import type { CoalescedRun } from '../cache/coalesce.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import { answerFailure, classifyAnswer } from '../upstream/answer.js';
-import { UPSTREAM_HEADERS, toUpstreamError, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
+import { UPSTREAM_HEADERS, toUpstreamError, type BudgetPriority, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
 import { projectOf, type ProjectAccess } from './access-confirmation.js';
 import { ownerOf, type Decision } from './decide.js';
@@ -75,10 +76,19 @@ export interface ReadThroughOptions {
   readonly maxEntryBytes: number;
   readonly now: () => number;
   readonly onBackgroundError: (err: unknown, key: string) => void;
+  /**
+   * Refresh-ahead (`cache.refreshAhead`): the share of freshness elapsed after which a fresh hit
+   * starts a background refresh; undefined: off. `mayRefreshAhead`: false while the fleet's budget
+   * is paused, so that no read then even claims a fill lock for a refresh that cannot be sent.
+   */
+  readonly refreshAheadStartAt?: number | undefined;
+  readonly mayRefreshAhead?: (() => boolean) | undefined;
 }
 
 export class ReadThrough {
   readonly #filler: Filler<Unstored>;
+  /** Entries whose refresh-ahead was started: at most one upstream request per key per freshness period. */
+  readonly #refreshedAhead = new WeakSet<CacheEntry>();
 
   constructor(private readonly o: ReadThroughOptions) {
     this.#filler = new Filler<Unstored>({
@@ -109,11 +119,15 @@ export class ReadThrough {
   #act(d: Decision, found: Found | undefined, now: number, occasion: Occasion): Served | Promise<Served> {
     const verdict = judge(d, found, now, this.o, occasion);
     switch (verdict.kind) {
-      case 'fresh':
+      case 'fresh': {
+        // Refresh-ahead: one comparison on the common hit, no allocation (entry.ts isDueForRefreshAhead).
+        const startAt = this.o.refreshAheadStartAt;
+        if (startAt !== undefined && isDueForRefreshAhead(found!.entry, now, startAt)) this.#refreshAhead(d, found!.entry);
         return { kind: 'entry', entry: found!.entry, outcome: HIT[found!.tier] };
+      }
       case 'stale-while-revalidate':
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
-        if (!this.#filler.isRunning(d.fillKey)) this.#filler.run(this.#job(d, 'fill')).promise.catch((err: unknown) => this.o.onBackgroundError(err, d.key));
+        if (!this.#filler.isRunning(d.fillKey)) this.#filler.run(this.#job(d, 'fill', 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
         return { kind: 'entry', entry: found!.entry, outcome: { kind: 'stale', tier: found!.tier, detail: 'stale-while-revalidate' } };
       case 'confirm-access':
         return this.#confirmThenServe(d, found!, verdict.projectId);
@@ -124,6 +138,30 @@ export class ReadThrough {
       case 'fill-unconfirmed':
         return this.#fillAndServe(d, found, now, verdict.kind);
     }
+  }
+
+  /**
+   * A fresh entry read in its last part of freshness (being polled): refreshed now, in the
+   * background, at the budget's lowest priority (`ahead`: skipped, never queued, without a token
+   * at hand), coalesced with any fill of the key. Once per entry: a refresh that got its token
+   * replaces the entry (a new freshness period); one skipped for want of a token may be tried
+   * again by a later read. A key nobody reads is never refreshed. Filled from the instance
+   * (`fill-from-instance`): the entry held is still fresh, so the cross-replica lock must not
+   * answer with it (fill.ts); another replica's refresh under way is waited for all the same.
+   */
+  #refreshAhead(d: Decision, entry: CacheEntry): void {
+    if (this.#refreshedAhead.has(entry) || this.#filler.isRunning(d.fillKey)) return;
+    if (this.o.mayRefreshAhead?.() === false) return;
+    this.#refreshedAhead.add(entry);
+    this.#filler.run(this.#job(d, 'fill-from-instance', 'ahead')).promise.catch((err: unknown) => {
+      if (toUpstreamError(err).code === 'budget-spent') this.#refreshedAhead.delete(entry);
+      else this.o.onBackgroundError(err, d.key);
+    });
+  }
+
+  /** A background refresh that failed; one the budget had no token for is no error (the stale entry served meanwhile is marked). */
+  #backgroundFailed(err: unknown, key: string): void {
+    if (toUpstreamError(err).code !== 'budget-spent') this.o.onBackgroundError(err, key);
   }
 
   /** A fill, as the verdict named it (judge.ts): whether another replica's entry may answer it, whether the caller's access is confirmed. */
@@ -137,6 +175,8 @@ export class ReadThrough {
     } catch (err) {
       const failure = toUpstreamError(err);
       if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now);
+      // The fleet's budget is spent: stale within stale-if-error, marked `detail=budget`; else a 429 (served.ts).
+      if (failure.code === 'budget-spent' && found !== undefined && isUsableOnError(found.entry, now)) return staleForBudget(found);
       if (found !== undefined && isUsableOnError(found.entry, now)) return staleOnError(found);
       return upstreamFailure(failure);
     }
@@ -201,7 +241,7 @@ export class ReadThrough {
   }
 
   /** The fill of one decided request: ask upstream with the caller's credential, keep what is storable. */
-  #job(d: Decision, how: FillVerdict): FillJob<Unstored> {
+  #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client'): FillJob<Unstored> {
     const access = this.o.access;
     const answered = answeredRequest(d);
     return {
@@ -216,7 +256,7 @@ export class ReadThrough {
         const started = performance.now();
         // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
         const headers = d.origin === undefined ? { authorization: d.authorization, ...UPSTREAM_HEADERS } : { authorization: d.authorization, origin: d.origin, ...UPSTREAM_HEADERS };
-        const res = await this.o.upstream.get(path, headers, d.caller.userId);
+        const res = await this.o.upstream.get(path, headers, d.caller.userId, priority);
         d.upstreamMs = performance.now() - started;
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
         if (classifyAnswer(res) !== 'not-json') access.afterFill(answered, res.status);
@@ -263,6 +303,14 @@ function staleOnError(found: Found, upstreamStatus?: number): Served {
   const outcome: CacheOutcome = { kind: 'stale', tier: found.tier, detail: 'stale-if-error', ...(upstreamStatus ? { upstreamStatus } : {}) };
   return { kind: 'entry', entry: found.entry, outcome };
 }
+
+/** The stale entry served because the fleet's upstream budget had no token in time. */
+function staleForBudget(found: Found): Served {
+  return { kind: 'entry', entry: found.entry, outcome: { kind: 'stale', tier: found.tier, detail: BUDGET_DETAIL } };
+}
+
+/** `Cache-Status: ...; detail=budget`: a stale answer the budget deferred to (metrics count it). */
+export const BUDGET_DETAIL = 'budget';
 
 /** A rate-limited caller (retry-after.ts): `stale` if the verdict found one usable, else a 429 with the remaining wait. */
 function whileRateLimited(stale: Found | undefined, blockedMs: number): Served {

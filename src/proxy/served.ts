@@ -36,13 +36,15 @@ export function relayedHeaders(res: UpstreamResponse): Record<string, string> {
 
 /**
  * 502 for a refused/reset connection, an upstream 5xx or an answer above upstream.maxBodyBytes
- * (its message says so itself), 504 for a timeout, 503 for a full queue.
+ * (its message says so itself), 504 for a timeout, 503 for a full queue; 429 with a truthful
+ * Retry-After when the fleet's upstream budget is spent (never a 503: the instance is not down,
+ * and the client may come back when a token may be had).
  */
 export function upstreamFailure(err: UpstreamError, upstreamStatus?: number): Served {
   return {
     kind: 'local',
     status: err.status,
-    headers: {},
+    headers: err.code === 'budget-spent' ? { 'retry-after': String(Math.max(1, Math.ceil((err.retryAfterMs ?? 1_000) / 1000))) } : {},
     body: upstreamFailureBody(err),
     outcome: { kind: 'error', detail: err.code, ...(upstreamStatus ? { upstreamStatus } : {}) },
   };
@@ -51,7 +53,9 @@ export function upstreamFailure(err: UpstreamError, upstreamStatus?: number): Se
 /** The body of every upstream failure, cached path and passthrough alike: what failed, never where. */
 export function upstreamFailureBody(err: UpstreamError): ErrorBody {
   // An answer cut off for its size is not an unavailable upstream: the message says what happened.
-  return { message: err.code === 'too-large' ? err.message : `Upstream unavailable: ${err.message}.`, errors: {} };
+  if (err.code === 'too-large') return { message: err.message, errors: {} };
+  if (err.code === 'budget-spent') return { message: `Too many requests to the instance: ${err.message}.`, errors: {} };
+  return { message: `Upstream unavailable: ${err.message}.`, errors: {} };
 }
 
 /** An answer made here, with the project's error body. */

@@ -19,13 +19,15 @@ import { createRedisRoles, type RedisRoles } from '../cache/redis.js';
 import { TieredCache, type TierList } from '../cache/tiered.js';
 import type { Keyring } from '../cache/keyring.js';
 import type { HostPort } from '../cache/redis-client.js';
-import { createMetrics } from '../ops/metrics.js';
+import { createMetrics, type Metrics } from '../ops/metrics.js';
 import { buildManagement, type ReadinessCheck } from '../ops/management.js';
 import { Recorder } from '../ops/recorder.js';
 import { RequestStats } from '../ops/stats.js';
 import { observeUpstream, UpstreamHealth } from '../ops/upstream-health.js';
 import { VERSION } from '../version.js';
 import { UPSTREAM_HEADERS, UpstreamClient } from '../upstream/client.js';
+import { budgetShapeOf } from '../upstream/budget-store.js';
+import { FleetBudget } from '../upstream/fleet-budget.js';
 import { buildProxy } from './app.js';
 import { ServedCertificates } from './certificates.js';
 import type { ReloadResult } from '../config/reload.js';
@@ -75,13 +77,17 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now, onEvict: () => metrics.eviction('memory') });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
   const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}) });
-  const client = new UpstreamClient(config.upstream);
+  // The budget's clock is monotonic and real (its bucket refills as time passes), plus any step an
+  // injected clock (`options.now`, tests) takes ahead of real time: a test stepping past a pause ends it.
+  const budget = makeFleetBudget(config, redis, metrics, logger, options.now && steppedClock(options.now));
+  const client = new UpstreamClient(config.upstream, budget);
   const stats = new RequestStats(now);
   const health = new UpstreamHealth({
     now,
     probeMs: config.health.upstreamProbeMs,
     // Any HTTP answer (a 401 without credentials) says the instance is there.
-    probe: () => client.get('/api/v1/user', UPSTREAM_HEADERS),
+    // The lowest priority: a probe is skipped, never queued, when the budget has no token at hand.
+    probe: () => client.get('/api/v1/user', UPSTREAM_HEADERS, undefined, 'ahead'),
     requireUpstream: () => current.health.requireUpstream,
   });
   const observe = (operation: string, status: number | undefined, seconds: number): void => {
@@ -116,6 +122,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     onIdentityLookup: (result) => metrics.identityLookup(result),
     onPassthroughAnswer: (status, error) => health.record(status, error),
     tls: certificates?.serverOptions('proxy'),
+    budget,
   });
   const app = proxy.app;
   metrics.gauge('tm_cache_memory_entries', 'Entries in the memory tier.', () => cache.memory.stats().entries);
@@ -153,6 +160,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     stats,
     health,
     upstreamLoad: () => client.load,
+    budget: () => budget.snapshot(),
     redis: redis && redisCheck && { check: redisCheck, errors: () => redis.connection.stats().errors },
     logger,
     now,
@@ -195,9 +203,70 @@ export async function startProxy(config: Config, options: StartOptions): Promise
       clearInterval(sweeper);
       await management.close();
       await cache.close();
+      budget.close();
       await redis?.close();
     },
   };
+}
+
+/**
+ * The fleet's upstream budget (fleet-budget.ts): shared through Redis when it is configured, this
+ * replica's own otherwise; its events counted (metrics.ts) and its pauses logged, start and end.
+ */
+const MIN_CLOCK_STEP_MS = 1_000;
+
+/** performance.now(), plus the steps (over a second each) `now` took beyond real time since the first call: monotonic. */
+function steppedClock(now: () => number): () => number {
+  let lastNow = now();
+  let lastReal = performance.now();
+  let aheadMs = 0;
+  return () => {
+    const [n, real] = [now(), performance.now()];
+    const stepMs = n - lastNow - (real - lastReal);
+    if (stepMs > MIN_CLOCK_STEP_MS) aheadMs += stepMs; // a step, not two clocks' jitter
+    [lastNow, lastReal] = [n, real];
+    return real + aheadMs;
+  };
+}
+
+function makeFleetBudget(config: Config, redis: RedisRoles | undefined, metrics: Metrics, logger: Logger, now?: () => number): FleetBudget {
+  const b = config.upstream.budget;
+  let resumeCheck: NodeJS.Timeout | undefined;
+  const budget: FleetBudget = new FleetBudget({
+    shape: budgetShapeOf(b, config.upstream.maxRetryAfterMs),
+    shared: redis?.budget.forShape(budgetShapeOf(b, config.upstream.maxRetryAfterMs)),
+    fallbackShare: b.fallbackShare,
+    maxWaitMs: b.maxWaitMs,
+    defaultPauseMs: config.upstream.defaultRetryAfterMs,
+    // Every request that may wait for a token: fills' and identity look-ups' queues together.
+    maxQueue: config.upstream.maxQueue + config.identity.maxQueue,
+    maxPerCaller: config.upstream.maxPerUser,
+    ...(now ? { now } : {}),
+    events: {
+      ...metrics.budget,
+      paused(pauseMs) {
+        metrics.budget.paused(pauseMs);
+        logger.warn({ pauseMs: Math.round(pauseMs), rateRps: budget.snapshot().rateRps }, 'the instance answered 429: the fleet\'s upstream requests are paused');
+        watchResume();
+      },
+      modeChanged(mode) {
+        metrics.budget.modeChanged(mode);
+        logger.warn({ mode }, mode === 'shared' ? 'upstream budget: leasing from the fleet\'s shared bucket again' : 'upstream budget: Redis cannot answer, leasing from this replica\'s fallback share');
+      },
+    },
+  });
+  // The pause may be lengthened (another 429, another replica's): the resume is logged when it has really ended.
+  function watchResume(): void {
+    clearTimeout(resumeCheck);
+    const leftMs = budget.pausedForMs();
+    resumeCheck = setTimeout(() => {
+      if (budget.pausedForMs() > 0) return watchResume();
+      logger.warn({ rateRps: budget.snapshot().rateRps }, 'the fleet\'s upstream requests resume after the pause');
+    }, Math.max(1, Math.ceil(leftMs)));
+    resumeCheck.unref();
+  }
+  metrics.watchBudget(() => budget.snapshot());
+  return budget;
 }
 
 function makeRedisRoles(config: Config, logger: Logger, now: () => number, onCommand: (kind: string, seconds: number) => void): RedisRoles {

@@ -16,15 +16,23 @@
  * identity look-ups for unknown tokens cannot take the slots of cache fills. Within the fills'
  * lane each user has a share (`upstream.maxPerUser`) and slots go round-robin between users
  * (fair-lane.ts), so one member's flood of cold questions cannot starve the others' misses.
+ *
+ * The fleet's budget (fleet-budget.ts), when given, comes before the lanes: every request takes a
+ * token first, at its priority (`client` by default; `background` for stale-while-revalidate
+ * refreshes; `ahead` for refresh-ahead, which never waits: no token at hand, no request), and
+ * every 429 the instance answers, to any caller, pauses the whole fleet for its Retry-After.
+ * No token within `upstream.budget.maxWaitMs`: an UpstreamError `budget-spent` (a 429 to the client).
  */
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Config } from '../config/schema.js';
 import { FairLane, type LaneCaller, type LaneLimits } from './fair-lane.js';
+import { BudgetSpentError, type BudgetPriority, type FleetBudget } from './fleet-budget.js';
 import { UpstreamError } from './upstream-error.js';
 
 export { UpstreamError, type UpstreamErrorCode } from './upstream-error.js';
 export type { LaneCaller, LaneLimits } from './fair-lane.js';
+export type { BudgetPriority } from './fleet-budget.js';
 
 export interface UpstreamResponse {
   readonly status: number;
@@ -40,8 +48,11 @@ export type UpstreamOptions = Omit<Config['upstream'], 'defaultRetryAfterMs' | '
 
 /** What the read-through needs from upstream; tests may substitute it, production uses UpstreamClient. */
 export interface Upstream {
-  /** `caller`: the user on whose behalf the request is made, whose share of the lane it takes (fair-lane.ts). */
-  get(path: string, headers: Readonly<Record<string, string>>, caller?: LaneCaller): Promise<UpstreamResponse>;
+  /**
+   * `caller`: the user on whose behalf the request is made, whose share of the lane and of the
+   * budget it takes (fair-lane.ts, fleet-budget.ts); `priority`: the budget's (default `client`).
+   */
+  get(path: string, headers: Readonly<Record<string, string>>, caller?: LaneCaller, priority?: BudgetPriority): Promise<UpstreamResponse>;
   close(): Promise<void>;
 }
 
@@ -56,7 +67,11 @@ export class UpstreamClient implements UpstreamLane {
   private readonly lane: FairLane;
   private readonly lanes: FairLane[] = [];
 
-  constructor(private readonly options: UpstreamOptions) {
+  /** `budget`: the fleet's upstream budget every request takes a token from (absent: none, as in unit tests). */
+  constructor(
+    private readonly options: UpstreamOptions,
+    private readonly budget?: FleetBudget,
+  ) {
     const url = new URL(options.url);
     this.basePath = url.pathname.replace(/\/$/, '');
     this.pool = new Pool(url.origin, {
@@ -74,8 +89,8 @@ export class UpstreamClient implements UpstreamLane {
     return this.lane.load;
   }
 
-  get(path: string, headers: Readonly<Record<string, string>>, caller?: LaneCaller): Promise<UpstreamResponse> {
-    return this.getIn(this.lane, path, headers, caller);
+  get(path: string, headers: Readonly<Record<string, string>>, caller?: LaneCaller, priority?: BudgetPriority): Promise<UpstreamResponse> {
+    return this.getIn(this.lane, path, headers, caller, priority);
   }
 
   /**
@@ -85,7 +100,7 @@ export class UpstreamClient implements UpstreamLane {
   withLane(limits: LaneLimits): UpstreamLane {
     const lane = this.addLane(limits);
     return {
-      get: (path, headers, caller) => this.getIn(lane, path, headers, caller),
+      get: (path, headers, caller, priority) => this.getIn(lane, path, headers, caller, priority),
       close: async () => lane.wakeAll(),
       get load() {
         return lane.load;
@@ -98,14 +113,35 @@ export class UpstreamClient implements UpstreamLane {
     await this.pool.close();
   }
 
+  /** A 429 from the instance, to any caller, is the account's limit: the whole fleet pauses (fleet-budget.ts). */
+  private learnFrom(res: UpstreamResponse): void {
+    if (res.status === 429) this.budget?.onRateLimited(retryAfterMsOf(res.headers['retry-after']));
+  }
+
   private addLane(limits: LaneLimits): FairLane {
     const lane = new FairLane(limits);
     this.lanes.push(lane);
     return lane;
   }
 
+  /**
+   * A budget token first (at hand: taken synchronously, no promise), then a slot of `lane`.
+   * `ahead` never waits for a token: refresh-ahead is better skipped than queued.
+   */
+  private getIn(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller, priority: BudgetPriority = 'client'): Promise<UpstreamResponse> {
+    const budget = this.budget;
+    if (budget === undefined) return this.inLane(lane, path, headers, caller);
+    if (priority === 'ahead') {
+      if (budget.tryAcquire(priority, caller)) return this.inLane(lane, path, headers, caller);
+      return Promise.reject(budgetSpent(new BudgetSpentError('timeout', budget.retryAfterMs())));
+    }
+    const waiting = budget.acquire(priority, caller);
+    if (waiting === undefined) return this.inLane(lane, path, headers, caller);
+    return waiting.then(() => this.inLane(lane, path, headers, caller), (err: unknown) => Promise.reject(toUpstreamError(err)));
+  }
+
   /** With a free slot (the common case) the request is dispatched at once: no promise waits for the lane. */
-  private getIn(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller): Promise<UpstreamResponse> {
+  private inLane(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller): Promise<UpstreamResponse> {
     const waiting = lane.acquire(caller);
     if (waiting === undefined) return this.dispatch(lane, path, headers, caller);
     return waiting.then(() => this.dispatch(lane, path, headers, caller), (err: unknown) => Promise.reject(toUpstreamError(err)));
@@ -115,7 +151,7 @@ export class UpstreamClient implements UpstreamLane {
   private dispatch(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller): Promise<UpstreamResponse> {
     return new Promise<UpstreamResponse>((resolve, reject) => {
       const collector = new BodyCollector(
-        (res) => (lane.release(caller), resolve(res)),
+        (res) => (lane.release(caller), this.learnFrom(res), resolve(res)),
         (err) => (lane.release(caller), reject(toUpstreamError(err))),
         this.options.maxBodyBytes,
       );
@@ -209,6 +245,7 @@ const MAX_PREALLOCATED_BYTES = 64 * 1024 * 1024;
 
 export function toUpstreamError(err: unknown): UpstreamError {
   if (err instanceof UpstreamError) return err;
+  if (err instanceof BudgetSpentError) return budgetSpent(err);
   if (
     err instanceof undiciErrors.HeadersTimeoutError ||
     err instanceof undiciErrors.BodyTimeoutError ||
@@ -224,6 +261,17 @@ export function toUpstreamError(err: unknown): UpstreamError {
     return new UpstreamError('connect', 'the upstream refused the connection', { cause: err });
   }
   return new UpstreamError('reset', 'the upstream connection failed', { cause: err });
+}
+
+function budgetSpent(err: BudgetSpentError): UpstreamError {
+  const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
+  return new UpstreamError('budget-spent', `the upstream budget is spent; retry after ${seconds} s`, { cause: err, retryAfterMs: err.retryAfterMs });
+}
+
+/** A 429's Retry-After as a pause (ms); undefined when absent or unreadable (the budget's default pause applies). */
+export function retryAfterMsOf(value: string | string[] | undefined): number | undefined {
+  const ms = parseRetryAfterMs(value, Date.now(), -1);
+  return ms < 0 ? undefined : ms;
 }
 
 /** Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date; `fallbackMs` when absent or unreadable. */

@@ -23,6 +23,7 @@ import { runRevocation } from './revocation.js';
 import { runCapacityScenario } from './scenario-capacity.js';
 import { runCiBurstScenario } from './scenario-ci-burst.js';
 import { runDashboardsScenario } from './scenario-dashboards.js';
+import { runFleetBudgetScenario, runFleetLearnScenario, runFleetRefreshAheadScenario } from './scenario-fleet.js';
 import { runEmulatorScenario } from './scenario-emulator.js';
 import { runHitScenario } from './scenario-hit.js';
 import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
@@ -143,6 +144,30 @@ const SUITE: Scenario[] = [
     needs: ['redis-server'],
     build: true,
     run: async (ctx) => runCiBurstScenario(await ctx.emulator(), { agents: ctx.options.number('ci-agents', 200, 40), users: ctx.options.number('ci-users', 20, 4), replicas: 3 }),
+  },
+  {
+    name: 'fleet-budget',
+    about: 'a CI fleet against a known budget: 200 agents asking distinct cold questions on 40 req/s (burst 40), 3 replicas + Redis: the instance\'s peak per second, no client 5xx',
+    suite: false,
+    needs: ['redis-server'],
+    build: true,
+    run: async (ctx) => runFleetBudgetScenario(await ctx.emulator(), { agents: ctx.options.number('fleet-agents', 200, 50), rps: 40, burst: 40, seconds: ctx.options.number('fleet-s', 20, 8) }),
+  },
+  {
+    name: 'fleet-learn',
+    about: 'an unknown limit: the instance at 20 req/s escalating after 3 429s, no budget configured, 3 replicas + Redis: no lockout, sustained rate ≥ 80 % of the limit',
+    suite: false,
+    needs: ['redis-server'],
+    build: true,
+    run: async (ctx) => runFleetLearnScenario(await ctx.emulator(), { agents: ctx.options.number('fleet-agents', 60, 30), limitRps: 20, seconds: ctx.options.number('fleet-learn-s', 60, 30) }),
+  },
+  {
+    name: 'fleet-refresh-ahead',
+    about: 'polling dashboards with and without refresh-ahead: share of polls fresh, upstream requests, p99 against a hit\'s',
+    suite: false,
+    needs: [],
+    build: true,
+    run: async (ctx) => runFleetRefreshAheadScenario(await ctx.emulator(), { dashboards: 20, panels: 6, everyMs: 1_000, ttlMs: 4_000, seconds: ctx.options.number('fleet-poll-s', 30, 16) }),
   },
   {
     name: 'security',

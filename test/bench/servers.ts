@@ -89,7 +89,18 @@ export interface TmCacheOptions {
   readonly cli?: string;
   /** tm-cache's --log-level; default the bench's (setLogLevel). */
   readonly logLevel?: string;
+  /**
+   * Settings over the defaults (a --config file). This checkout's build gets BENCH_BUDGET unless
+   * they say otherwise: the scenarios measure the cache, not the learned budget's cautious start
+   * (the fleet-* scenarios set their own budget, none included). Another build (`cli`) gets none.
+   */
+  readonly config?: Record<string, unknown>;
 }
+
+/** A budget no scenario reaches (requests per second): the bench's default for this checkout. */
+export const BENCH_BUDGET = { upstream: { budget: { requestsPerSecond: 100_000 } } };
+let configDir: string | undefined;
+let configCount = 0;
 
 let defaultLogLevel = 'warn';
 
@@ -106,6 +117,11 @@ export async function startTmCache(upstream: string, options: TmCacheOptions = {
   const [port, management] = [await freePort(), await freePort()];
   const args = [...(options.nodeArgs ?? []), options.cli ?? CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', options.logLevel ?? defaultLogLevel];
   if (options.redisUrl) args.push('--redis', options.redisUrl);
+  const config = options.config ?? (options.cli === undefined ? BENCH_BUDGET : undefined);
+  if (config !== undefined) {
+    configDir ??= mkdtempSync(join(tmpdir(), 'tm-cache-bench-config-'));
+    args.push('--config', writeConfig(configDir, `tm-cache-${++configCount}`, config));
+  }
   // A shared Redis needs a secret Redis does not hold; the replicas of one bench share this one.
   const secret = options.redisUrl ? { TM_CACHE_HMAC_SECRET: BENCH_HMAC_SECRET } : {};
   const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...secret, ...options.env } });

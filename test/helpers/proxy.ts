@@ -15,9 +15,17 @@ export type DeepPartial<T> = { -readonly [K in keyof T]?: T[K] extends object ? 
  */
 export const TEST_HMAC_SECRET = Buffer.alloc(32, 0x7e).toString('hex');
 
+/**
+ * The upstream budget of test replicas unless a test sets its own: generous, so that tests firing
+ * bursts (fairness, coalescing, junk credentials) test what they test at their own pace rather than
+ * the learned default's cautious start (5 req/s, climbing). The budget's own tests
+ * (test/security/fleet-budget.test.ts) set `requestsPerSecond` themselves, 0 included.
+ */
+export const TEST_BUDGET_RPS = 100_000;
+
 export function makeConfig(upstreamUrl: string, overrides: DeepPartial<Config> = {}): Config {
   const base = structuredClone(DEFAULT_CONFIG) as unknown as Record<string, unknown>;
-  merge(base, { upstream: { url: upstreamUrl }, server: { port: 0, managementPort: 0, shutdownGraceMs: 1_000 } });
+  merge(base, { upstream: { url: upstreamUrl, budget: { requestsPerSecond: TEST_BUDGET_RPS } }, server: { port: 0, managementPort: 0, shutdownGraceMs: 1_000 } });
   merge(base, overrides as Record<string, unknown>);
   const config = base as unknown as Config;
   const secretGiven = config.identity.hmacSecret !== '' || Object.keys(config.cache.redis.encryptionKeys).length > 0;

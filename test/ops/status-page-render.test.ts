@@ -61,6 +61,7 @@ function makeStats(overrides: Record<string, unknown> = {}) {
       recent429: 7,
       active: 3,
       queued: 1,
+      budget: { mode: 'shared', rateRps: 12.5, pausedMs: 41_200, queued: { client: 2, background: 0, ahead: 0 }, tokens: 900, waits: 30, spent: 4, deferredToStale: 3, refused: 1, pauses: 2 },
     },
     bytes: { sent: 5 * 1024 * 1024 * 1024, savedBy304: 1536 },
     memory: { entries: 4321, bytes: 100 * 1024 * 1024, maxBytes: 256 * 1024 * 1024, evictions: 12 },
@@ -134,6 +135,12 @@ describe('the status page under its Content-Security-Policy', () => {
     expect(await readStat(tab.page, 'upstream.recent429')).toEqual({ text: '7', value: '7' });
     expect((await readStat(tab.page, 'upstream.last429At')).text).toBe('49 s ago');
     expect((await readStat(tab.page, 'upstream.byStatusClass.429')).value).toBe('7');
+    // The fleet's budget: its rate, where tokens come from, the pause left after a 429, what it deferred.
+    expect(await readStat(tab.page, 'upstream.budget.rateRps')).toEqual({ text: '12.5', value: '12.5' });
+    expect(await readStat(tab.page, 'upstream.budget.mode')).toEqual({ text: 'shared', value: 'shared' });
+    expect(await readStat(tab.page, 'upstream.budget.paused')).toEqual({ text: '42 s', value: '41200' });
+    expect((await readStat(tab.page, 'upstream.budget.deferredToStale')).text).toBe('3');
+    expect((await readStat(tab.page, 'upstream.budget.refused')).text).toBe('1');
     expect((await readStat(tab.page, 'uptimeS')).text).toBe('10 min 4 s');
     expect((await readStat(tab.page, 'version')).text).toBe('0.1.0');
     expect(await readTopTable(tab.page, 'top.operations')).toEqual([

@@ -34,7 +34,10 @@ async function dump(prefix: string): Promise<Dump> {
   const texts: string[] = [];
   for (const key of keys) {
     const type = await env.client.type(key);
-    const value = type === 'string' ? await env.client.getBuffer(key) : Buffer.from((await env.client.smembers(key)).join('\n'));
+    // Strings (entries, identities), sets (tags), and the fleet budget's hash (rates and times, no caller's data): all read.
+    const value = type === 'string' ? await env.client.getBuffer(key)
+      : type === 'hash' ? Buffer.from(Object.entries(await env.client.hgetall(key)).flat().join('\n'))
+      : Buffer.from((await env.client.smembers(key)).join('\n'));
     if (value === null) continue;
     values.set(key, value);
     texts.push(value.toString('latin1'), ...gunzipEverywhere(value));

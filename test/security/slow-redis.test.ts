@@ -75,7 +75,11 @@ describe('a stalled Redis', () => {
       expect(res.status).toBe(200);
       // Before the budget: the entry lookup, the fill lock, the wait for another replica's fill
       // and the background write each timed out (4); now the lookup alone does.
-      expect(delta(before, statsOf(p))).toEqual({ get: 1 });
+      const { budget = 0, ...perRequest } = delta(before, statsOf(p));
+      expect(perRequest).toEqual({ get: 1 });
+      // The fleet budget's lease (fleet-budget.ts) is one command per few tokens, not per request,
+      // and falls back to the replica's share when it times out: at most one here.
+      expect(budget).toBeLessThanOrEqual(1);
     }
     const before = statsOf(p);
     expect((await p.get(`/api/v1/projects/${m1.project_ids[0]}/runs`, m1.token)).status).toBe(200);

@@ -60,6 +60,8 @@
       recent429?: number;
       active?: number;
       queued?: number;
+      /** The fleet's upstream budget as this replica knows it (null: none wired). */
+      budget?: { mode?: string; rateRps?: number; pausedMs?: number; deferredToStale?: number; refused?: number } | null;
     };
     bytes?: { sent?: number; savedBy304?: number };
     memory?: { entries?: number; bytes?: number; maxBytes?: number; evictions?: number };
@@ -410,6 +412,14 @@
     setStat('upstream.queued', count(up.queued), up.queued);
     setStat('upstream.recent429', count(up.recent429), up.recent429);
     setStat('upstream.last429At', ago(up.last429At, s.now), up.last429At);
+    const budget = up.budget ?? undefined;
+    setStat('upstream.budget.rateRps', count(budget?.rateRps), budget?.rateRps);
+    setState('upstream.budget.mode', budget?.mode);
+    // A pause (after a 429 from the instance) shown as the seconds left; "no" when there is none.
+    const pausedMs = budget?.pausedMs;
+    setStat('upstream.budget.paused', isNum(pausedMs) ? (pausedMs > 0 ? Math.ceil(pausedMs / 1000) + ' s' : 'no') : '—', pausedMs);
+    setStat('upstream.budget.deferredToStale', count(budget?.deferredToStale), budget?.deferredToStale);
+    setStat('upstream.budget.refused', count(budget?.refused), budget?.refused);
     ['2xx', '3xx', '4xx', '429', '5xx', 'error'].forEach(function (c) {
       setStat('upstream.byStatusClass.' + c, count(up.byStatusClass && up.byStatusClass[c]), up.byStatusClass && up.byStatusClass[c]);
     });
