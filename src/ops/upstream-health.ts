@@ -9,7 +9,7 @@
  * makes the replica not ready (README "Health").
  */
 import { matchRoute } from '../api/route.js';
-import type { UpstreamLane, UpstreamResponse } from '../upstream/client.js';
+import type { LaneCaller, UpstreamLane, UpstreamResponse } from '../upstream/client.js';
 import { toUpstreamError } from '../upstream/client.js';
 import type { ReadinessCheck } from './management.js';
 
@@ -84,8 +84,9 @@ function describe(err: unknown): string {
   return `${failure.code}: ${failure.message}`;
 }
 
+/** `caller`: the user the request was made for (fills, refreshes, confirmations); none for an identity look-up. */
 export interface UpstreamObserver {
-  (operation: string, status: number | undefined, seconds: number): void;
+  (operation: string, status: number | undefined, seconds: number, caller: LaneCaller): void;
 }
 
 /**
@@ -98,11 +99,11 @@ export function observeUpstream(upstream: UpstreamLane, health: UpstreamHealth, 
       const started = performance.now();
       try {
         const res = await upstream.get(path, headers, caller);
-        observe(operationOfPath(path), res.status, (performance.now() - started) / 1_000);
+        observe(operationOfPath(path), res.status, (performance.now() - started) / 1_000, caller);
         health.record(res.status);
         return res;
       } catch (err) {
-        observe(operationOfPath(path), undefined, (performance.now() - started) / 1_000);
+        observe(operationOfPath(path), undefined, (performance.now() - started) / 1_000, caller);
         const failure = toUpstreamError(err);
         // tm-cache's own full queue says nothing about the instance.
         if (failure.code !== 'queue-full' && failure.code !== 'closed') health.record(undefined, describe(err));
