@@ -61,10 +61,32 @@ export class CircuitBreaker {
     return this.#skipped;
   }
 
-  /** Why Redis is skipped now, for readiness; undefined while the breaker is closed. */
+  /** Why Redis is skipped now, for readiness, in words; undefined while the breaker is closed. */
   openReason(): string | undefined {
-    if (this.#consecutive < this.#threshold) return undefined;
-    const waitMs = Math.max(0, Math.ceil(this.#openUntil - this.#now()));
-    return `circuit open after ${this.#consecutive} consecutive failures (last: ${this.#lastFailure}); next probe in ${waitMs} ms`;
+    const waitMs = this.msUntilProbe();
+    if (waitMs === undefined) return undefined;
+    const next = this.#probing ? 'trying it again now' : `trying it again in ${Math.ceil(waitMs / 1_000)} s`;
+    return `did not answer ${this.#consecutive} commands in a row (${redisFailureInWords(this.#lastFailure)}): skipped, ${next}`;
   }
+
+  /** How long until a probe may be sent (0: now, or one is in flight); undefined while the breaker is closed. */
+  msUntilProbe(): number | undefined {
+    if (this.#consecutive < this.#threshold) return undefined;
+    return Math.max(0, Math.ceil(this.#openUntil - this.#now()));
+  }
+}
+
+/**
+ * A Redis client's failure message (ioredis', node's) as an operator reads it: what happened,
+ * not the library's wording. The message itself goes to the log (failure-log.ts).
+ */
+export function redisFailureInWords(message: string): string {
+  if (/timed? ?out|ETIMEDOUT/i.test(message)) return 'timed out';
+  if (/ECONNREFUSED/.test(message)) return 'connection refused';
+  if (/ENOTFOUND|EAI_AGAIN/.test(message)) return 'host not found';
+  if (/WRONGPASS|NOAUTH|NOPERM|invalid password/i.test(message)) return 'authentication refused';
+  if (/certificate|SSL|TLS|self[- ]signed/i.test(message)) return 'TLS certificate not accepted';
+  if (/ECONNRESET|EPIPE|closed|lost|end of stream/i.test(message)) return 'connection lost';
+  if (/LOADING|MASTERDOWN|READONLY|CLUSTERDOWN|TRYAGAIN/.test(message)) return 'not serving yet (loading or failing over)';
+  return 'failed';
 }

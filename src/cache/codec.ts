@@ -127,6 +127,11 @@ export async function encodeEntry(entry: CacheEntry, guard: ValueGuard, boundTo:
   return protect(plain, compressed ? FLAG_GZIP : 0, guard, boundTo);
 }
 
+/** Will `withGzipVariant` make a variant of this entry (none yet, and large enough to be worth it)? */
+export function lacksGzipVariant(entry: CacheEntry): boolean {
+  return entry.gzip === undefined && bodyLengthOf(entry) >= MIN_COMPRESS_BYTES;
+}
+
 /**
  * The entry with its gzip variant (`gzip`, `gzipEtag`), compressed on the libuv pool when it has
  * none yet; the entry itself when it has one or is too small to be worth it.

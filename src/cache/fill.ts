@@ -26,9 +26,11 @@ export type Fetched<R> = { readonly kind: 'entry'; readonly entry: CacheEntry } 
 /**
  * `storedEarlier`: the entry another replica had already stored when this one claimed the fill
  * (not fetched for this fill): its caller treats it as a Redis hit, access rules included.
+ * `collapsed`: the entry of another replica's fill, waited for under its lock (RFC 9211
+ * `collapsed`): this replica asked nothing upstream.
  */
 export type FillResult<R> =
-  | { readonly kind: 'entry'; readonly entry: CacheEntry; readonly stored: boolean; readonly storedEarlier?: true }
+  | { readonly kind: 'entry'; readonly entry: CacheEntry; readonly stored: boolean; readonly storedEarlier?: true; readonly collapsed?: true }
   | { readonly kind: 'other'; readonly value: R };
 
 export interface FillJob<R> {
@@ -90,7 +92,7 @@ export class Filler<R> {
       budget: job.budget,
       adopt: (entry, how) => {
         this.o.store.backfill(job.key, entry);
-        return how === 'stored' ? { kind: 'entry', entry, stored: true, storedEarlier: true } : { kind: 'entry', entry, stored: true };
+        return how === 'stored' ? { kind: 'entry', entry, stored: true, storedEarlier: true } : { kind: 'entry', entry, stored: true, collapsed: true };
       },
       produce: (share) => this.#fetchAndStore(job, share),
     };

@@ -10,14 +10,15 @@
  */
 
 /**
- * What the bus carries. `all`: messages may have been missed (e.g. the subscriber reconnected).
- * `forget`: a credential the instance refused (401), by its HMAC (never the token): every replica
- * drops its identity (src/proxy/identity.ts); the cache tiers ignore it.
+ * What the bus carries. `all`: another replica purged everything, or (`missed: true`, said by
+ * this replica's own bus, never received) messages may have been missed: the subscriber
+ * reconnected. `forget`: a credential the instance refused (401), by its HMAC (never the token):
+ * every replica drops its identity (src/proxy/identity.ts); the cache tiers ignore it.
  */
 export type InvalidationMessage =
   | { kind: 'tag'; tag: string }
   | { kind: 'key'; key: string }
-  | { kind: 'all' }
+  | { kind: 'all'; missed?: true }
   | { kind: 'forget'; credentialId: string };
 export type InvalidationListener = (message: InvalidationMessage) => void;
 

@@ -9,8 +9,14 @@ import type { TierName } from './tier.js';
 
 export type OutcomeKind = 'hit' | 'stale' | 'miss' | 'coalesced' | 'bypass' | 'error';
 
+/**
+ * `coalesced`: collapsed into another request's fill (RFC 9211 `collapsed`), on this replica
+ * (no tier) or another one's, waited for through the Redis lock (`tier: 'redis'`): either way no
+ * upstream request of its own.
+ */
 export interface CacheOutcome {
   readonly kind: OutcomeKind;
+  /** Where the answer came from: a hit's tier, or `redis` for a request collapsed into another replica's fill. */
   readonly tier?: TierName;
   /** Why: `stale-while-revalidate`, `stale-if-error`, `rate-limited`, `no-cache`, `unknown-param`, `timeout`... */
   readonly detail?: string;

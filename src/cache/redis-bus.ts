@@ -3,7 +3,7 @@
  * message per invalidation, stamped with this replica's origin so it ignores its own echo.
  *
  * Pub/sub keeps nothing for later: after the subscriber lost its connection, listeners get
- * `{ kind: 'all' }` once it listens again (invalidation.ts).
+ * `{ kind: 'all', missed: true }` once it listens again (invalidation.ts).
  */
 import { randomUUID } from 'node:crypto';
 import type { InvalidationBus, InvalidationListener, InvalidationMessage } from './invalidation.js';
@@ -36,7 +36,7 @@ export class RedisInvalidationBus implements InvalidationBus {
       this.#subscribed = true;
       this.#connection.subscribe(this.#channel, {
         message: (payload) => this.#receive(payload),
-        resubscribedAfterLoss: () => this.#emit({ kind: 'all' }),
+        resubscribedAfterLoss: () => this.#emit({ kind: 'all', missed: true }),
       });
     }
     return () => void this.#listeners.delete(listener);
@@ -51,7 +51,9 @@ export class RedisInvalidationBus implements InvalidationBus {
     try {
       const message = JSON.parse(payload) as InvalidationMessage & { origin?: string };
       if (message.origin === this.origin) return;
-      if (message.kind === 'tag' || message.kind === 'key' || message.kind === 'all' || message.kind === 'forget') this.#emit(message);
+      // `missed` is this bus's own word, never another replica's.
+      if (message.kind === 'all') this.#emit({ kind: 'all' });
+      else if (message.kind === 'tag' || message.kind === 'key' || message.kind === 'forget') this.#emit(message);
     } catch (error) {
       this.#connection.failures.record('subscribe', error);
     }

@@ -24,7 +24,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, ReplyError, type Redis } from 'ioredis';
 import { DEFAULT_BREAKER_COOLDOWN_MS, DEFAULT_BREAKER_THRESHOLD, DEFAULT_KEY_PREFIX } from '../config/schema.js';
-import { CircuitBreaker } from './breaker.js';
+import { CircuitBreaker, redisFailureInWords } from './breaker.js';
 import type { SharedTierBudget } from './budget.js';
 import { deriveMacKey, type Decoded, type ValueGuard } from './codec.js';
 import { FailureLog, silentLogger, type FailureCounts, type TierLogger } from './failure-log.js';
@@ -116,6 +116,8 @@ export class RedisConnection {
   #subscriber: RedisClient | undefined;
   #subscribed = false;
   #closed = false;
+  /** The breaker's next probe, while it is open (`#probeLater`). */
+  #probeTimer: NodeJS.Timeout | undefined;
 
   constructor(settings: RedisConnectionSettings) {
     if (settings.keyring) assertKeyring(settings.keyring);
@@ -170,15 +172,19 @@ export class RedisConnection {
     return this.healthy() && this.#breaker.openReason() === undefined;
   }
 
-  /** Why Redis is not used now (disconnected, or the breaker open); undefined when it is. */
+  /**
+   * Why Redis is not used now (disconnected, or the breaker open), in words for /readyz (the
+   * client's own message is in the log); undefined when it is.
+   */
   degradedReason(): string | undefined {
     if (!this.healthy()) {
       // Why it is not connected (a refused password, an unverified certificate), when known.
       const { lastError } = this.failures.counts();
-      return `redis ${this.#client.status}: serving from memory${lastError ? ` (last error: ${lastError.message})` : ''}`;
+      const why = lastError ? ` (${redisFailureInWords(lastError.message)})` : '';
+      return `Redis ${connectionInWords(this.#closed ? 'end' : this.#client.status)}${why}: serving from memory and upstream`;
     }
     const open = this.#breaker.openReason();
-    return open === undefined ? undefined : `redis ${open}: serving from memory`;
+    return open === undefined ? undefined : `Redis ${open}: serving from memory and upstream`;
   }
 
   /**
@@ -303,9 +309,41 @@ export class RedisConnection {
       } else {
         this.#breaker.failed(error instanceof Error ? error.message : String(error));
         if (budget) budget.sharedTierSpent = true;
+        this.#probeLater();
       }
       return undefined;
     }
+  }
+
+  /**
+   * An open breaker is probed by a timer, not only by the next request's command: an idle
+   * replica would otherwise report Redis degraded (readiness, `tm_cache_redis_up`) long after it
+   * came back. One timer at a time, unref'd: it never keeps the process alive.
+   */
+  #probeLater(): void {
+    const waitMs = this.#breaker.msUntilProbe();
+    if (waitMs === undefined || this.#probeTimer !== undefined || this.#closed) return;
+    this.#probeTimer = setTimeout(() => {
+      this.#probeTimer = undefined;
+      this.#probe();
+    }, waitMs + 1);
+    this.#probeTimer.unref();
+  }
+
+  /** One PING through the breaker: its answer closes it; its failure reopens it (and arms the timer again, `call`). */
+  #probe(): void {
+    const waitMs = this.#breaker.msUntilProbe();
+    if (waitMs === undefined || this.#closed) return;
+    // Disconnected: ioredis reconnects by itself; the breaker is probed once it is back.
+    if (!this.healthy() || waitMs > 0) {
+      this.#probeTimer = setTimeout(() => {
+        this.#probeTimer = undefined;
+        this.#probe();
+      }, Math.max(waitMs, this.#settings.breakerCooldownMs ?? DEFAULT_BREAKER_COOLDOWN_MS));
+      this.#probeTimer.unref();
+      return;
+    }
+    void this.call('probe', (c) => c.ping());
   }
 
   /** Counts a call skipped because there is no usable connection (down, reconnecting, closed). */
@@ -348,6 +386,7 @@ export class RedisConnection {
   /** Disconnects both connections at once; calls from then on are counted as unavailable. */
   close(): void {
     this.#closed = true;
+    clearTimeout(this.#probeTimer);
     this.#subscriber?.disconnect();
     this.#client.disconnect();
   }
@@ -356,6 +395,23 @@ export class RedisConnection {
     const subscriber = createRedisClient(this.#settings, 'subscriber');
     watchConnection(subscriber, 'subscriber', this.failures, this.#logger, () => this.#closed);
     return subscriber;
+  }
+}
+
+/** ioredis' connection status as /readyz says it. */
+function connectionInWords(status: string): string {
+  switch (status) {
+    case 'wait':
+    case 'connecting':
+    case 'connect':
+      return 'is not connected yet';
+    case 'reconnecting':
+      return 'connection lost, reconnecting';
+    case 'close':
+    case 'end':
+      return 'connection closed';
+    default:
+      return `not ready (${status})`;
   }
 }
 

@@ -9,7 +9,9 @@
  *   next request for it is answered higher up; an entry a fill stored in memory meanwhile is
  *   newer and wins.
  * - `set` writes memory at once and the lower tiers in the background (with the gzip variant,
- *   the form Redis stores): the response never waits for them.
+ *   the form Redis stores): the response never waits for them. The gzip variant is made from
+ *   the fill on, with or without Redis, so that a client sees one ETag per representation from
+ *   its first answer (`gzipVariant`).
  * - Invalidations (a tag or a key) drop in every tier, then go out on the bus; what other
  *   replicas publish is applied to the process-private tiers (those with `clear`), and a bus
  *   that may have lost messages makes them forget everything.
@@ -39,7 +41,12 @@ export interface TieredCacheOptions {
   now?: () => number;
   /** How long an invalidation waits for Redis and the bus before it answers what it could not reach; default 2 s. */
   invalidationWaitMs?: number;
+  /** Told when the bus made this replica clear its private tiers, why, and how many entries memory held (the log). */
+  onRemoteClear?: (why: RemoteClear, memoryEntries: number) => void;
 }
+
+/** Why the bus cleared this replica's memory: another replica's purge, or messages missed while the subscription was down. */
+export type RemoteClear = 'purged-by-another-replica' | 'invalidations-missed';
 
 /**
  * Long enough to outlast a stall of Redis of a few hundred ms (a failover, a `CLIENT PAUSE`)
@@ -81,8 +88,9 @@ export class TieredCache {
   /** Invalidations not yet taken by the shared tiers and the bus; none when there are neither. */
   readonly #pending: PendingInvalidations | undefined;
   readonly #invalidationWaitMs: number;
-  /** Entries whose gzip variant is being made (weak: a dropped entry is simply forgotten). */
-  readonly #compressing = new WeakSet<CacheEntry>();
+  readonly #onRemoteClear: TieredCacheOptions['onRemoteClear'];
+  /** Each entry's gzip variant, made once (weak: a dropped entry is simply forgotten). */
+  readonly #variants = new WeakMap<CacheEntry, Promise<CacheEntry>>();
 
   constructor(options: TieredCacheOptions = {}) {
     this.tiers = options.tiers ?? [new MemoryTier()];
@@ -93,6 +101,7 @@ export class TieredCache {
     this.#bus = options.bus;
     this.#unsubscribe = this.#bus?.onInvalidate((message) => this.#applyRemote(message));
     this.#invalidationWaitMs = options.invalidationWaitMs ?? INVALIDATION_WAIT_MS;
+    this.#onRemoteClear = options.onRemoteClear;
     const shared = this.#lower.length > 0 || this.#bus !== undefined;
     this.#pending = shared ? new PendingInvalidations({ attempt: (m) => this.#attempt(m), now: options.now ?? Date.now }) : undefined;
   }
@@ -113,24 +122,30 @@ export class TieredCache {
    */
   set(key: string, entry: CacheEntry, budget?: SharedTierBudget): Promise<void> {
     this.memory.set(key, entry);
-    // The lower tiers store the gzip variant, so with them it is made at once (in the
-    // background); a memory-only cache makes it when the first client that accepts gzip asks.
-    return this.#lower.length > 0 ? this.#addGzipAndShare(key, entry, budget) : Promise.resolve();
+    // The gzip variant is started at once (on the libuv pool), with or without lower tiers:
+    // they store it, and memory has it by the next hit.
+    const variant = this.gzipVariant(key, entry);
+    return this.#lower.length > 0 ? this.#share(key, variant, budget) : Promise.resolve();
   }
 
   /**
-   * Makes the gzip variant of the entry under `key` in the background, once, for clients that
-   * accept gzip: this answer goes out as identity, the next ones compressed.
+   * The entry under `key` with its gzip variant, made once per entry (compressed on the libuv
+   * pool) and swapped into memory if the entry is still the one there. Never rejects: an entry
+   * zlib could not compress stays identity only, for every client alike.
    */
-  ensureGzip(key: string, entry: CacheEntry): void {
-    if (entry.gzip !== undefined || this.#compressing.has(entry)) return;
-    this.#compressing.add(entry);
-    withGzipVariant(entry).then(
-      (withGzip) => {
-        if (withGzip !== entry) this.memory.replace(key, entry, withGzip);
-      },
-      () => undefined, // no variant: identity it stays
-    );
+  gzipVariant(key: string, entry: CacheEntry): Promise<CacheEntry> {
+    let variant = this.#variants.get(entry);
+    if (variant === undefined) {
+      variant = withGzipVariant(entry).then(
+        (withGzip) => {
+          if (withGzip !== entry) this.memory.replace(key, entry, withGzip);
+          return withGzip;
+        },
+        () => entry, // zlib failing is no reason to lose the entry: kept (and shared) without the variant
+      );
+      this.#variants.set(entry, variant);
+    }
+    return variant;
   }
 
   /**
@@ -255,23 +270,15 @@ export class TieredCache {
     }
   }
 
-  /**
-   * In the background: the gzip variant (for clients that accept gzip, and the stored form in
-   * the lower tiers), swapped into memory if the entry is still the one there, then the writes.
-   */
-  async #addGzipAndShare(key: string, entry: CacheEntry, budget: SharedTierBudget | undefined): Promise<void> {
-    let shared = entry;
-    try {
-      shared = await withGzipVariant(entry);
-    } catch {
-      // zlib failing is no reason to lose the entry: it is kept and shared without the variant.
-    }
-    if (shared !== entry) this.memory.replace(key, entry, shared);
+  /** In the background: once the gzip variant is made (the form the lower tiers store), the writes. */
+  async #share(key: string, variant: Promise<CacheEntry>, budget: SharedTierBudget | undefined): Promise<void> {
+    const shared = await variant;
     await Promise.all(this.#lower.map((tier) => settle(() => tier.set(key, shared, budget), undefined)));
   }
 
   #applyRemote(message: InvalidationMessage): void {
     if (message.kind === 'forget') return; // about identities, not entries
+    if (message.kind === 'all') this.#onRemoteClear?.(message.missed ? 'invalidations-missed' : 'purged-by-another-replica', this.memory.stats().entries);
     const apply = (tier: CacheTier): MaybePromise<unknown> =>
       message.kind === 'tag' ? tier.invalidateTag(message.tag) : message.kind === 'key' ? tier.delete(message.key) : tier.clear!();
     for (const tier of this.#private) void settle(() => apply(tier), undefined);

@@ -265,7 +265,7 @@ function statsOf(deps: AdminDeps): unknown {
     redis: deps.redis
       ? { configured: true, status: redisState!.status, detail: redisState!.detail ?? null, errors: deps.redis.errors() }
       : { configured: false, status: 'off', detail: null, errors: 0 },
-    top: { operations: stats.topOperations(), users: stats.topUsers() },
+    top: topTables(stats),
     series: stats.series().map((b) => ({ t: b.t, requests: b.requests, byOutcome: { ...b.byOutcome }, upstream: b.upstream })),
   };
 }
@@ -300,4 +300,11 @@ export interface BudgetStats {
   readonly deferredToStale: number;
   readonly refused: number;
   readonly pauses: number;
+}
+
+/** The top operations and users by upstream requests, each with what the rows leave out: rows and rest add up to the totals above. */
+function topTables(stats: RequestStats): unknown {
+  const operations = stats.topOperations();
+  const users = stats.topUsers();
+  return { operations, otherOperations: stats.restOf(operations), users, otherUsers: stats.restOf(users) };
 }

@@ -204,7 +204,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     'Time from a request\'s arrival to its answer being handed to the socket, by outcome and operation.',
     'histogram', ['outcome', 'operation'], REQUEST_BUCKETS, registry);
   const upstreamDuration = new LabelledFamily('tm_cache_upstream_request_duration_seconds',
-    'Upstream requests made by the cache (fills, refreshes, GET /user, access checks), by operation and status class, until the whole answer was read.',
+    'Upstream requests of cacheable requests (fills, refreshes, GET /user, access checks, forwards for an unknown parameter), by operation and status class, until the whole answer was read.',
     'histogram', ['operation', 'status_class'], UPSTREAM_BUCKETS, registry);
   const upstreamResponses = new LabelledFamily('tm_cache_upstream_responses_total',
     'Upstream answers to the cache\'s own requests by status class (2xx, 3xx, 4xx, 429, 5xx, error: no answer).',
@@ -216,7 +216,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
   // The one counted on every hit (a caller known to this process): found once, here.
   const memoLookups = identityLookups.slot('memo');
   const redisDuration = options.redis
-    ? new LabelledFamily('tm_cache_redis_command_duration_seconds', 'Redis operations by kind (get, set, delete, tag, lock, json, publish, secret, budget), answered or failed.', 'histogram', ['command'], REDIS_BUCKETS, registry)
+    ? new LabelledFamily('tm_cache_redis_command_duration_seconds', 'Redis operations by kind (get, set, delete, tag, lock, json, publish, secret, budget, probe), answered or failed.', 'histogram', ['command'], REDIS_BUCKETS, registry)
     : undefined;
   const budgetTokens = new LabelledFamily('tm_cache_upstream_budget_tokens_total',
     'Tokens of the fleet\'s upstream budget taken by this replica, by priority (client, background, ahead): one per upstream request.',

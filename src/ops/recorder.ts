@@ -22,8 +22,11 @@ export type ForwardKind = 'passthrough' | 'bypass';
 
 /** What the passthrough learned of a forwarded request's upstream answer (status, ms). */
 export interface UpstreamTiming {
+  /** The upstream's status; when `failed`, the one tm-cache answered instead (502, 504). */
   readonly status: number;
   readonly ms: number;
+  /** No answer came (refused, reset, timed out). */
+  readonly failed?: true;
 }
 
 /**
@@ -54,6 +57,8 @@ export interface RequestRecord extends Recorded {
 /** A forwarded request, once its response is done. */
 export interface ForwardedRecord extends Recorded {
   readonly upstream: UpstreamTiming | undefined;
+  /** The caller, for a cacheable request forwarded (bypass); none for a passthrough. */
+  readonly userId: number | undefined;
 }
 
 export class Recorder {
@@ -87,7 +92,7 @@ export class Recorder {
     // The fleet's budget had no token in time: a stale answer (detail=budget) or a 429 (budget-spent).
     if (kind === 'stale' && outcome.detail === 'budget') this.metrics.budgetDeferred('stale');
     else if (kind === 'error' && outcome.detail === 'budget-spent') this.metrics.budgetDeferred('refused');
-    this.stats.request(kind, outcome.tier, operation, userId, kind === 'miss' && outcome.upstreamStatus !== undefined, t);
+    this.stats.request(kind, outcome.tier, operation, userId, t);
     if (!this.#logs(kind === 'error' || res.statusCode >= 500)) return;
     this.#log.write({
       reqId: r.requestId,
@@ -117,7 +122,13 @@ export class Recorder {
     // A client that went away before the answer was done: nginx's 499.
     const status = res.writableFinished ? res.statusCode : 499;
     this.metrics.request(outcome, 'none', operation, status, seconds);
-    this.stats.request(outcome, undefined, operation, undefined, false, t);
+    this.stats.request(outcome, undefined, operation, r.userId, t);
+    // A cacheable request forwarded (an unknown parameter) reached the instance: an upstream
+    // request like a fill, or the offload would count it as avoided.
+    if (kind === 'bypass' && upstream !== undefined) {
+      this.metrics.upstream(operation, upstream.failed ? undefined : upstream.status, upstream.ms / 1_000);
+      this.stats.upstream(t, operation, r.userId);
+    }
     if (!this.#logs(status >= 500)) return;
     const length = res.getHeader('content-length');
     this.#log.write({

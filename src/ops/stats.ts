@@ -3,11 +3,18 @@
  * browser: the last 15 minutes in 10-second buckets (requests by outcome, upstream requests), and
  * which operations and users cost the upstream most. Recording is a few integer increments per
  * request; users are counted by id (never a credential), in a bounded table.
+ *
+ * Every upstream request is counted once, where it is made (`upstream`: fills, refreshes,
+ * identity look-ups, access confirmations, requests forwarded for an unknown parameter), and
+ * attributed there to its operation and user: the tables and their `rest` add up to the total.
  */
 import type { OutcomeKind } from '../cache/outcome.js';
 
 export const OUTCOMES = ['hit', 'stale', 'miss', 'coalesced', 'bypass', 'error', 'passthrough'] as const;
 export type RecordedOutcome = OutcomeKind | 'passthrough';
+
+/** The row of identity look-ups (`GET /user` for a credential not known yet) in the operations table. */
+export const IDENTITY_OPERATION = 'identity';
 
 const BUCKET_MS = 10_000;
 const BUCKETS = 90;
@@ -23,7 +30,7 @@ interface Bucket {
   upstream: number;
 }
 
-interface Cost {
+export interface Cost {
   requests: number;
   upstreamRequests: number;
 }
@@ -44,8 +51,8 @@ export class RequestStats {
     this.#current = this.#open(now());
   }
 
-  /** One answered request. `upstream`: it made an upstream request of its own (a leading miss). */
-  request(outcome: RecordedOutcome, tier: 'memory' | 'redis' | undefined, operation: string, userId: number | undefined, upstream: boolean, t: number): void {
+  /** One answered request (its upstream requests, if any, are counted by `upstream`). */
+  request(outcome: RecordedOutcome, tier: 'memory' | 'redis' | undefined, operation: string, userId: number | undefined, t: number): void {
     if (t - this.#current.t >= BUCKET_MS) this.#roll(t);
     const bucket = this.#current;
     bucket.requests++;
@@ -54,21 +61,23 @@ export class RequestStats {
     this.byOutcome[outcome]++;
     this.byTier[tier ?? 'none']++;
     if (outcome === 'passthrough') return;
-    const op = this.#operations.get(operation) ?? this.#add(this.#operations, operation);
-    op.requests++;
-    if (upstream) op.upstreamRequests++;
-    if (userId === undefined) return;
-    const user = this.#users.get(userId) ?? (this.#users.size < MAX_USERS ? this.#add(this.#users, userId) : undefined);
-    if (user === undefined) return;
-    user.requests++;
-    if (upstream) user.upstreamRequests++;
+    this.#operationCost(operation).requests++;
+    const user = this.#userCost(userId);
+    if (user !== undefined) user.requests++;
   }
 
-  /** One upstream request made by the cache path (fills, refreshes, identity and access checks). */
-  upstream(t: number): void {
+  /**
+   * One upstream request of a cacheable request (a fill, a refresh, an identity look-up, an access
+   * confirmation, a forward for an unknown parameter), attributed to `operation` and to the user
+   * it was made for (none yet for an identity look-up).
+   */
+  upstream(t: number, operation: string, userId: number | undefined): void {
     if (t - this.#current.t >= BUCKET_MS) this.#roll(t);
     this.#current.upstream++;
     this.upstreamRequests++;
+    this.#operationCost(operation).upstreamRequests++;
+    const user = this.#userCost(userId);
+    if (user !== undefined) user.upstreamRequests++;
   }
 
   /** Oldest first; the last bucket is the current, partial one. */
@@ -84,6 +93,26 @@ export class RequestStats {
 
   topUsers(n = 10): { userId: number; upstreamRequests: number; requests: number }[] {
     return top(this.#users, n).map(([userId, c]) => ({ userId, ...c }));
+  }
+
+  /**
+   * What the listed rows leave out, so that rows and rest add up to the cacheable requests and
+   * the upstream requests: the other operations or users, and for users what no user was known
+   * for (identity look-ups, refused credentials, users past the table's bound).
+   */
+  restOf(rows: readonly Cost[]): Cost {
+    const listed = rows.reduce((sum, r) => ({ requests: sum.requests + r.requests, upstreamRequests: sum.upstreamRequests + r.upstreamRequests }), { requests: 0, upstreamRequests: 0 });
+    return { requests: this.total - this.byOutcome.passthrough - listed.requests, upstreamRequests: this.upstreamRequests - listed.upstreamRequests };
+  }
+
+  #operationCost(operation: string): Cost {
+    return this.#operations.get(operation) ?? this.#add(this.#operations, operation);
+  }
+
+  /** The user's row; undefined without a user, or for a new user once the table is full. */
+  #userCost(userId: number | undefined): Cost | undefined {
+    if (userId === undefined) return undefined;
+    return this.#users.get(userId) ?? (this.#users.size < MAX_USERS ? this.#add(this.#users, userId) : undefined);
   }
 
   #open(t: number): Bucket {

@@ -9,7 +9,7 @@
  * makes the replica not ready (README "Health").
  */
 import { matchRoute } from '../api/route.js';
-import type { UpstreamLane, UpstreamResponse } from '../upstream/client.js';
+import type { LaneCaller, UpstreamLane, UpstreamResponse } from '../upstream/client.js';
 import { toUpstreamError } from '../upstream/client.js';
 import type { ReadinessCheck } from './management.js';
 
@@ -85,8 +85,9 @@ function describe(err: unknown): string {
   return `${failure.code}: ${failure.message}`;
 }
 
+/** `caller`: the user the request was made for (fills, refreshes, confirmations); none for an identity look-up. */
 export interface UpstreamObserver {
-  (operation: string, status: number | undefined, seconds: number): void;
+  (operation: string, status: number | undefined, seconds: number, caller: LaneCaller): void;
 }
 
 /**
@@ -99,14 +100,14 @@ export function observeUpstream(upstream: UpstreamLane, health: UpstreamHealth, 
       const started = performance.now();
       try {
         const res = await upstream.get(path, headers, caller, priority);
-        observe(operationOfPath(path), res.status, (performance.now() - started) / 1_000);
+        observe(operationOfPath(path), res.status, (performance.now() - started) / 1_000, caller);
         health.record(res.status);
         return res;
       } catch (err) {
         const failure = toUpstreamError(err);
         // No token from the fleet's budget: nothing was sent, nothing learned of the instance.
         if (failure.code === 'budget-spent') throw err;
-        observe(operationOfPath(path), undefined, (performance.now() - started) / 1_000);
+        observe(operationOfPath(path), undefined, (performance.now() - started) / 1_000, caller);
         // tm-cache's own full queue says nothing about the instance.
         if (failure.code !== 'queue-full' && failure.code !== 'closed') health.record(undefined, describe(err));
         throw err;

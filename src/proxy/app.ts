@@ -41,7 +41,8 @@ import { RouteMemo } from './route-memo.js';
 export interface ProxyCache extends ReadCache {
   /** The largest entry some tier stores. */
   readonly maxEntryBytes: number;
-  ensureGzip(key: string, entry: CacheEntry): void;
+  /** The entry with its gzip variant, made once (TieredCache.gzipVariant). */
+  gzipVariant(key: string, entry: CacheEntry): Promise<CacheEntry>;
   invalidateTag(tag: string): Promise<unknown>;
 }
 
@@ -133,7 +134,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
     },
     onFailure: (request, status, code, ms) => {
       const x = exchangeOf(request.raw);
-      if (x !== undefined) x.upstream = { status, ms };
+      if (x !== undefined) x.upstream = { status, ms, failed: true };
       deps.onPassthroughAnswer?.(undefined, code);
     },
   });

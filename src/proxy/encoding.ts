@@ -6,6 +6,7 @@
  * value: the hit path pays one Map lookup, not a parse.
  */
 import { LRUCache } from 'lru-cache';
+import { lacksGzipVariant } from '../cache/codec.js';
 import type { CacheEntry } from '../cache/entry.js';
 
 /** Distinct Accept-Encoding values remembered; past that the least recently seen is forgotten (never all at once). */
@@ -36,16 +37,13 @@ function parseAcceptsGzip(header: string): boolean {
 }
 
 /**
- * Serving `entry` to a client that accepts gzip while it has no gzip variant: have the cache make
- * one in the background, so the next answers go out compressed.
+ * Must this answer wait for the entry's gzip variant? Only for a client that accepts gzip, of an
+ * entry that will have one and has none yet (a fill's own answer, a hit before the compression
+ * started at the fill has landed): sent identity now, it would come with another ETag than every
+ * later answer, and a browser's If-None-Match would miss once per freshness period.
  */
-export function askForGzipVariant(
-  cache: { ensureGzip(key: string, entry: CacheEntry): void },
-  key: string,
-  entry: CacheEntry,
-  acceptEncoding: string | undefined,
-): void {
-  if (entry.gzip === undefined && acceptsGzip(acceptEncoding)) cache.ensureGzip(key, entry);
+export function waitsForGzipVariant(entry: CacheEntry, acceptEncoding: string | undefined): boolean {
+  return lacksGzipVariant(entry) && acceptsGzip(acceptEncoding);
 }
 
 /** One representation of an entry: the bytes to send, their validator, their coding. */

@@ -22,7 +22,9 @@ export function cacheStatus(outcome: CacheOutcome, entry: CacheEntry | undefined
       const fwd = outcome.detail === 'no-cache' ? 'request' : 'uri-miss';
       const stored = outcome.stored ? '; stored' : '';
       const collapsed = outcome.kind === 'coalesced' ? '; collapsed' : '';
-      return `${CACHE_NAME}; fwd=${fwd}${fwdStatus(outcome)}${stored}${collapsed}${ttl}`;
+      // Collapsed into another replica's fill: where its answer came from (`detail=redis`).
+      const from = outcome.tier === undefined ? '' : `; detail=${outcome.tier}`;
+      return `${CACHE_NAME}; fwd=${fwd}${fwdStatus(outcome)}${stored}${collapsed}${ttl}${from}`;
     }
     case 'bypass':
       return `${CACHE_NAME}; fwd=bypass; detail=${outcome.detail ?? 'bypass'}`;

@@ -31,7 +31,7 @@ import type { CacheOutcome } from '../cache/outcome.js';
 import { pathOf, type ForwardKind, type Recorder } from '../ops/recorder.js';
 import { toUpstreamError } from '../upstream/client.js';
 import { decide, lapsedKey } from './decide.js';
-import { askForGzipVariant } from './encoding.js';
+import { waitsForGzipVariant } from './encoding.js';
 import { carry, Exchange } from './exchange.js';
 import { cacheStatus } from './headers.js';
 import type { Caller, IdentityResolver } from './identity.js';
@@ -63,7 +63,7 @@ export interface PipelineOptions {
   readonly routes: RouteMemo;
   readonly identity: IdentityResolver;
   readonly readThrough: ReadThrough;
-  readonly cache: { ensureGzip(key: string, entry: CacheEntry): void };
+  readonly cache: { gzipVariant(key: string, entry: CacheEntry): Promise<CacheEntry> };
   /** `cache.honorClientNoCache` */
   readonly honorNoCache: boolean;
   /** Entries keep the instance's Access-Control-Allow-Origin: a browser's Origin is part of their key (decide.ts). */
@@ -189,10 +189,23 @@ export class Pipeline {
   /**
    * Every answered request ends here once: written, and recorded (metrics, stats, access log;
    * the caller named by user id only, never the credential). `key`: where a served entry is
-   * stored, so that its gzip variant can be made.
+   * stored, so that its gzip variant is found (or made) for a client that accepts gzip.
    */
   #finish(x: Exchange, served: Served, key?: string): void {
-    if (served.kind === 'entry' && key !== undefined) askForGzipVariant(this.#o.cache, key, served.entry, x.req.headers['accept-encoding']);
+    if (served.kind === 'entry' && key !== undefined && waitsForGzipVariant(served.entry, x.req.headers['accept-encoding'])) {
+      // Rare (a fill's answer, a hit before its compression landed): written once the variant is there, never identity with another ETag.
+      this.#o.cache.gzipVariant(key, served.entry)
+        .then((entry) => {
+          x.t = this.#o.now();
+          this.#write(x, { ...served, entry });
+        })
+        .catch((err: unknown) => this.#fail(x, err));
+      return;
+    }
+    this.#write(x, served);
+  }
+
+  #write(x: Exchange, served: Served): void {
     writeServed(x, served);
     this.#recorder.cached(x, served.outcome, served.kind === 'local' ? refusedParams(served.body) : undefined);
   }

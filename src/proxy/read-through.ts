@@ -184,6 +184,8 @@ export class ReadThrough {
     if (result.kind === 'entry' && result.storedEarlier) return this.#act(d, { entry: result.entry, tier: 'redis' }, this.o.now(), 'stored-earlier');
     const kind: OutcomeKind = run.leader ? 'miss' : 'coalesced';
     if (result.kind === 'entry') {
+      // Another replica's fill, waited for through Redis: collapsed into it, not a miss of this one's.
+      if (result.collapsed) return { kind: 'entry', entry: result.entry, outcome: COLLAPSED_INTO_REDIS_FILL };
       const outcome: CacheOutcome = { kind, stored: result.stored, upstreamStatus: 200, ...(d.noCache ? { detail: 'no-cache' } : {}) };
       return { kind: 'entry', entry: result.entry, outcome };
     }
@@ -289,6 +291,9 @@ export class ReadThrough {
     return { kind: 'relay', response: this.o.gate.bounded(res, now), outcome: { kind, upstreamStatus: status } };
   }
 }
+
+/** RFC 9211: forwarded, collapsed with another replica's request, its entry read from Redis (stored there by that replica, not this one). */
+const COLLAPSED_INTO_REDIS_FILL: CacheOutcome = Object.freeze({ kind: 'coalesced', tier: 'redis', upstreamStatus: 200 });
 
 /** The instance itself failed, as opposed to tm-cache declining to ask it (`queue-full`, `closed`). */
 export function isInstanceFailure(err: UpstreamError): boolean {

@@ -16,14 +16,14 @@ import { deriveIdentitySecret } from '../cache/codec.js';
 import { MemoryTier } from '../cache/memory-tier.js';
 import { claimLimitsOf } from '../cache/policy.js';
 import { createRedisRoles, type RedisRoles } from '../cache/redis.js';
-import { TieredCache, type TierList } from '../cache/tiered.js';
+import { TieredCache, type RemoteClear, type TierList } from '../cache/tiered.js';
 import type { Keyring } from '../cache/keyring.js';
 import type { HostPort } from '../cache/redis-client.js';
 import { createMetrics, type Metrics } from '../ops/metrics.js';
 import { buildManagement, type ReadinessCheck } from '../ops/management.js';
 import { Recorder } from '../ops/recorder.js';
-import { RequestStats } from '../ops/stats.js';
-import { observeUpstream, UpstreamHealth } from '../ops/upstream-health.js';
+import { IDENTITY_OPERATION, RequestStats } from '../ops/stats.js';
+import { observeUpstream, UpstreamHealth, type UpstreamObserver } from '../ops/upstream-health.js';
 import { VERSION } from '../version.js';
 import { UPSTREAM_HEADERS, UpstreamClient } from '../upstream/client.js';
 import { budgetShapeOf } from '../upstream/budget-store.js';
@@ -76,7 +76,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   }
   const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now, onEvict: () => metrics.eviction('memory') });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
-  const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}) });
+  const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}), onRemoteClear: (why, entries) => logRemoteClear(logger, why, entries) });
   // The budget's clock is monotonic and real (its bucket refills as time passes), plus any step an
   // injected clock (`options.now`, tests) takes ahead of real time: a test stepping past a pause ends it.
   const budget = makeFleetBudget(config, redis, metrics, logger, options.now && steppedClock(options.now));
@@ -90,13 +90,15 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     probe: () => client.get('/api/v1/user', UPSTREAM_HEADERS, undefined, 'ahead'),
     requireUpstream: () => current.health.requireUpstream,
   });
-  const observe = (operation: string, status: number | undefined, seconds: number): void => {
+  // Every upstream request of the cache path, counted where it is made and attributed to its
+  // operation and user (stats.ts); identity look-ups under their own name in the figures.
+  const observe = (attributedTo?: string): UpstreamObserver => (operation, status, seconds, caller) => {
     metrics.upstream(operation, status, seconds);
-    stats.upstream(now());
+    stats.upstream(now(), attributedTo ?? operation, caller);
   };
-  const upstream = observeUpstream(client, health, observe);
+  const upstream = observeUpstream(client, health, observe());
   // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills (item 6).
-  const identityUpstream = observeUpstream(client.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue }), health, observe);
+  const identityUpstream = observeUpstream(client.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue }), health, observe(IDENTITY_OPERATION));
   const recorder = new Recorder(metrics, stats, logger, config.log);
   // A replica starts with its shared tier when Redis is there: before listening, it waits at most
   // connectTimeoutMs for the connection (and the bus's subscription).
@@ -297,6 +299,14 @@ function makeRedisRoles(config: Config, logger: Logger, now: () => number, onCom
     now,
     onCommand,
   });
+}
+
+/** A memory tier emptied by the bus is a cold start for this replica's hit ratio: said, with why. */
+function logRemoteClear(logger: Logger, why: RemoteClear, entries: number): void {
+  const reason = why === 'invalidations-missed'
+    ? 'the invalidation subscription was lost and is back; invalidations published meanwhile may have been missed, so nothing held may be trusted'
+    : 'another replica purged everything (POST /admin/purge)';
+  logger.warn({ reason: why, entries }, `memory tier cleared: ${reason}`);
 }
 
 function rejectedOf(redis: RedisRoles): number {

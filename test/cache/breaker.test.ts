@@ -18,7 +18,8 @@ describe('CircuitBreaker', () => {
     breaker.failed('Command timed out');
     expect(breaker.allows()).toBe(false);
     expect(breaker.skipped).toBe(1);
-    expect(breaker.openReason()).toBe('circuit open after 3 consecutive failures (last: Command timed out); next probe in 1000 ms');
+    expect(breaker.openReason()).toBe('did not answer 3 commands in a row (timed out): skipped, trying it again in 1 s');
+    expect(breaker.msUntilProbe()).toBe(1_000);
   });
 
   it('lets one probe through after the cool-down: its success closes, its failure reopens', () => {

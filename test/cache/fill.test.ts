@@ -101,7 +101,7 @@ describe('Filler', () => {
     const lock: FillLock = { claim: async () => undefined, unlock: async () => undefined, waitFor: async (_k, ms) => (waits.push(ms), theirs) };
     const filler = new Filler<string>({ store: s.store, lock, ...options });
     const j = job(async () => ({ kind: 'entry', entry: entry() }));
-    expect(await filler.runAlone(j)).toEqual({ kind: 'entry', entry: theirs, stored: true });
+    expect(await filler.runAlone(j)).toEqual({ kind: 'entry', entry: theirs, stored: true, collapsed: true });
     expect(j.calls).toBe(0);
     expect(waits).toEqual([300]);
     expect(s.backfilled).toEqual(['k']);

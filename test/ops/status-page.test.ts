@@ -15,6 +15,8 @@ import { startRedis, type RedisHandle } from '../helpers/redis.js';
 import { until } from '../helpers/wait.js';
 
 const ADMIN_TOKEN = 'status-page-test-admin-token-7f3a9c';
+/** Requests of `sendTraffic` the instance received that are not the cache's (a path outside the catalogue): not in the offload's figures. */
+const PASSTHROUGH_REQUESTS = 1;
 const BUCKET_MS = 10_000;
 const RATE_WINDOW_MS = 30_000;
 
@@ -152,9 +154,20 @@ describe('the status page on the management port', () => {
       expect(await readStat(tab.page, 'redis.status')).toEqual({ text: 'ok', value: 'ok' });
       expect((await readStat(tab.page, 'upstream.state')).value).toBe(after.upstream.state);
       expect((await readStat(tab.page, 'version')).text).toBe(after.version);
-      expect(shown.operations.map((r) => r.name)).toEqual(after.top.operations.map((r: Stats) => r.operation));
-      expect(shown.users.map((r) => r.name)).toEqual(after.top.users.map((r: Stats) => String(r.userId)));
+      const rest = (other: Stats, name: string): string[] => (other.requests > 0 || other.upstreamRequests > 0 ? [name] : []);
+      expect(shown.operations.map((r) => r.name)).toEqual([...after.top.operations.map((r: Stats) => r.operation), ...rest(after.top.otherOperations, 'other operations')]);
+      expect(shown.users.map((r) => r.name)).toEqual([
+        ...after.top.users.map((r: Stats) => String(r.userId)),
+        ...rest(after.top.otherUsers, 'others (no user yet: identity look-ups, refused credentials)'),
+      ]);
       expect(shown.users.length).toBeGreaterThanOrEqual(2);
+      // Every upstream request is attributed: each table adds up to the card, and so does what the instance received.
+      const upstreamShown = await num(tab, 'upstream.requests');
+      const sum = (rows: { values: string[] }[]): number => rows.reduce((n, r) => n + Number(r.values[0]), 0);
+      expect(sum(shown.operations)).toBe(upstreamShown);
+      expect(sum(shown.users)).toBe(upstreamShown);
+      expect(shown.operations.find((r) => r.name === 'identity')?.values[0]).toBe('3');
+      expect(upstreamShown).toBe((await emulator.stats()).total - PASSTHROUGH_REQUESTS);
 
       // Requests per second: the complete buckets of the page's 30 s window, recomputed from a
       // later fetch (complete buckets no longer change).

@@ -14,6 +14,7 @@ import { describe, expect, it } from 'vitest';
 import type { RedisTier } from '../../src/cache/redis-tier.js';
 import type { Config } from '../../src/config/schema.js';
 import type { DeepPartial, TestProxy } from '../helpers/proxy.js';
+import { readGauge } from '../helpers/metrics.js';
 import { redisTierOf, replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 import { until } from '../helpers/wait.js';
 
@@ -103,8 +104,20 @@ describe('a stalled Redis', () => {
     expect(after.skipped - before.skipped).toBeGreaterThanOrEqual(misses - 3);
     const body = await readiness(p);
     expect(body.status).toBe('degraded');
-    expect(body.checks.redis.detail).toMatch(/circuit open after 3 consecutive failures \(last: Command timed out\)/);
+    // In words, not the client library's: what happened, what is done meanwhile, when it is tried again.
+    expect(body.checks.redis.detail).toMatch(/^Redis did not answer 3 commands in a row \(timed out\): skipped, trying it again in \d+ s: serving from memory and upstream$/);
     await ended;
+  });
+
+  it('is probed on a timer once the breaker opened: an idle replica reports Redis up again without any request', async () => {
+    const member = env.emulator.tokens.member(1);
+    const { p, ended } = await stalledReplica({ breakerThreshold: 2, breakerCooldownMs: 300 }, member.token);
+    for (const page of [2, 3]) await p.get(`/api/v1/projects?page=${page}`, member.token);
+    expect((await readiness(p)).status).toBe('degraded');
+    expect(await readGauge(p.managementUrl, 'tm_cache_redis_up')).toBe(0);
+    await ended;
+    // No request from now on: only the replica's own probe can find Redis back.
+    await until(async () => (await readiness(p)).status === 'ok' && (await readGauge(p.managementUrl, 'tm_cache_redis_up')) === 1, 5_000);
   });
 
   it('is used again after the cool-down, once one probe command succeeds', async () => {

@@ -34,11 +34,13 @@
     byOutcome: Counts;
     upstream: number;
   }
-  interface TopRow {
-    operation?: string;
-    userId?: number;
+  interface Cost {
     requests: number;
     upstreamRequests: number;
+  }
+  interface TopRow extends Cost {
+    operation?: string;
+    userId?: number;
   }
   interface Stats {
     version?: string;
@@ -66,7 +68,8 @@
     bytes?: { sent?: number; savedBy304?: number };
     memory?: { entries?: number; bytes?: number; maxBytes?: number; evictions?: number };
     redis?: { configured?: boolean; status?: string; detail?: string | null; errors?: number };
-    top?: { operations?: TopRow[]; users?: TopRow[] };
+    /** The rows, and what they leave out (`other*`): rows and rest add up to the cards' totals. */
+    top?: { operations?: TopRow[]; otherOperations?: Cost; users?: TopRow[]; otherUsers?: Cost };
     series?: Bucket[];
   }
   /** Requests per second over the rate window, in total and by outcome. */
@@ -351,19 +354,29 @@
   }
 
   // ---- tables -----------------------------------------------------------------------------
-  function fillTop(name: string, rows: TopRow[] | undefined, key: 'operation' | 'userId'): void {
-    const tbody = stat(name);
-    if (tbody === null) throw new Error('status page: no [data-stat="' + name + '"]');
+  /**
+   * One table of the top rows by upstream requests, and a last row for what they leave out
+   * (`rest`, named `restName`), so that the table adds up to the cards.
+   */
+  function fillTop(name: string, rows: TopRow[] | undefined, key: 'operation' | 'userId', rest: Cost | undefined, restName: string): void {
+    const found = stat(name);
+    if (found === null) throw new Error('status page: no [data-stat="' + name + '"]');
+    const tbody = found;
     while (tbody.firstChild) tbody.removeChild(tbody.firstChild);
-    (Array.isArray(rows) ? rows : []).forEach(function (r) {
+    function addRow(label: string, r: Cost, cls: string): void {
       const tr = document.createElement('tr');
-      tr.appendChild(cell('td', text(r[key]), 'name'));
+      tr.appendChild(cell('td', label, cls));
       tr.appendChild(numCell(r.upstreamRequests, count(r.upstreamRequests)));
       tr.appendChild(numCell(r.requests, count(r.requests)));
-      const saved = num(r.requests) > 0 ? 1 - num(r.upstreamRequests) / r.requests : null;
+      // As the offload card: never below 0 (a row of identity look-ups has upstream requests and no requests of its own).
+      const saved = num(r.requests) > 0 ? Math.max(0, 1 - num(r.upstreamRequests) / r.requests) : null;
       tr.appendChild(numCell(saved === null ? '' : saved, pct(saved)));
       tbody.appendChild(tr);
+    }
+    (Array.isArray(rows) ? rows : []).forEach(function (r) {
+      addRow(text(r[key]), r, 'name');
     });
+    if (rest && (num(rest.requests) > 0 || num(rest.upstreamRequests) > 0)) addRow(restName, rest, 'name rest');
     if (!tbody.firstChild) {
       const tr = document.createElement('tr');
       const td = cell('td', 'No requests yet.', 'empty');
@@ -438,8 +451,8 @@
     setStat('redis.detail', text(redis.detail), redis.detail);
     setStat('redis.errors', count(redis.errors), redis.errors);
 
-    fillTop('top.operations', s.top && s.top.operations, 'operation');
-    fillTop('top.users', s.top && s.top.users, 'userId');
+    fillTop('top.operations', s.top && s.top.operations, 'operation', s.top && s.top.otherOperations, 'other operations');
+    fillTop('top.users', s.top && s.top.users, 'userId', s.top && s.top.otherUsers, 'others (no user yet: identity look-ups, refused credentials)');
     drawCharts(s);
   }
 
