@@ -51,7 +51,7 @@ export class RedisInvalidationBus implements InvalidationBus {
     try {
       const message = JSON.parse(payload) as InvalidationMessage & { origin?: string };
       if (message.origin === this.origin) return;
-      if (message.kind === 'tag' || message.kind === 'key' || message.kind === 'all' || message.kind === 'forget') this.#emit(message);
+      if (message.kind === 'tag' || message.kind === 'key' || message.kind === 'all' || message.kind === 'forget' || isAccessRefused(message)) this.#emit(message);
     } catch (error) {
       this.#connection.failures.record('subscribe', error);
     }
@@ -66,4 +66,10 @@ export class RedisInvalidationBus implements InvalidationBus {
       }
     }
   }
+}
+
+/** A well-formed `access-refused` (invalidation.ts): what a listener may act on without checking again. */
+function isAccessRefused(message: InvalidationMessage): boolean {
+  if (message.kind !== 'access-refused') return false;
+  return Number.isSafeInteger(message.userId) && Number.isSafeInteger(message.projectId) && Number.isFinite(message.at);
 }

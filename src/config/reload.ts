@@ -21,6 +21,7 @@ export const RELOADABLE: readonly string[] = [
   'identity.refusedTtlMs',
   'access.ttlMs',
   'access.projectConfirmMs',
+  'access.grantTtlMs',
   'upstream.defaultRetryAfterMs',
   'upstream.maxRetryAfterMs',
   'health.requireUpstream',

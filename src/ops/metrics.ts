@@ -11,6 +11,8 @@
  */
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { BudgetEvents, BudgetMode, BudgetSnapshot } from '../upstream/fleet-budget.js';
+import type { CacheEntry } from '../cache/entry.js';
+import type { SharingEvents } from '../proxy/read-through.js';
 
 /** Status of an answer as a bounded label: 429 on its own (rate limiting is worth its own line). */
 export type StatusClass = '2xx' | '3xx' | '4xx' | '429' | '5xx' | 'error';
@@ -164,6 +166,8 @@ export interface Metrics {
   readonly budget: BudgetEvents;
   /** Registers the fleet budget's gauges, read from its snapshot at scrape time (once per process). */
   watchBudget(snapshot: () => BudgetSnapshot): void;
+  /** What sharing by project did (`cache.sharing: project`): pass as the read-through's `sharing`. */
+  readonly sharing: SharingEvents;
   /** Read access for /admin/stats. */
   readonly families: {
     readonly requests: LabelledFamily;
@@ -172,7 +176,18 @@ export interface Metrics {
     readonly budgetTokens: LabelledFamily;
     readonly budgetWaits: LabelledFamily;
   };
-  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number; budgetPauses: number };
+  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number; budgetPauses: number } & SharingTotals;
+}
+
+/**
+ * What sharing by project did. `savedBySharing`: for each shared entry, the members it served
+ * besides the one whose request filled it; per-user caching would have asked the instance once
+ * for each of them (at least once per freshness period), so this is what sharing saved.
+ */
+export interface SharingTotals {
+  sharedHits: number;
+  grantFills: number;
+  savedBySharing: number;
 }
 
 export interface MetricsOptions {
@@ -217,7 +232,10 @@ export function createMetrics(options: MetricsOptions): Metrics {
   const budgetSkips = new LabelledFamily('tm_cache_upstream_budget_skipped_total',
     'Background work skipped rather than queued because no budget token was at hand, by priority.',
     'counter', ['priority'], [], registry);
-  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0 };
+  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0, sharedHits: 0, grantFills: 0, savedBySharing: 0 };
+  counterOf(registry, 'tm_cache_shared_hits_total', 'Fresh hits on a project\'s shared entries (cache.sharing: project), served to a member with proof of access.', () => totals.sharedHits);
+  counterOf(registry, 'tm_cache_grant_fills_total', 'Requests for a project\'s shared answer by a member without a grant for its areas, filled under their own token (which earns the grant).', () => totals.grantFills);
+  counterOf(registry, 'tm_cache_sharing_saved_requests_total', 'Upstream requests sharing by project saved: per shared entry, the members it served besides the one whose request filled it.', () => totals.savedBySharing);
   counterOf(registry, 'tm_cache_upstream_budget_pauses_total', 'Fleet pauses this replica learned of: a 429 from the instance, its own or another replica\'s through Redis.', () => totals.budgetPauses);
   counterOf(registry, 'tm_cache_bytes_sent_total', 'Body bytes sent to clients by the cache path (not passthrough).', () => totals.bytesSent);
   counterOf(registry, 'tm_cache_not_modified_bytes_saved_total', 'Body bytes not sent because a client\'s If-None-Match matched (304).', () => totals.notModifiedSaved);
@@ -278,8 +296,34 @@ export function createMetrics(options: MetricsOptions): Metrics {
       gauge('tm_cache_upstream_budget_queued', 'Requests waiting for a budget token, every priority.', (s) => s.queued.client + s.queued.background + s.queued.ahead);
       gauge('tm_cache_upstream_budget_shared', 'Where budget tokens come from: 1 the fleet\'s shared bucket (Redis), 0 this replica\'s own (its fallback share, or no Redis).', (s) => (s.mode === SHARED ? 1 : 0));
     },
+    sharing: sharingEvents(totals),
     families: { requests, upstreamResponses, evictions, budgetTokens, budgetWaits },
     totals,
+  };
+}
+
+/**
+ * The members each shared entry served on this replica (a small array: a team), first the one
+ * whose fill stored it. An entry read from Redis, filled elsewhere, starts with its first reader.
+ * A WeakMap: an entry's readers go with the entry.
+ */
+function sharingEvents(totals: SharingTotals): SharingEvents {
+  const readers = new WeakMap<CacheEntry, number[]>();
+  return {
+    sharedHit(userId, entry) {
+      totals.sharedHits++;
+      const seen = readers.get(entry);
+      if (seen === undefined) return void readers.set(entry, [userId]);
+      if (seen.includes(userId)) return;
+      seen.push(userId);
+      totals.savedBySharing++;
+    },
+    grantFill() {
+      totals.grantFills++;
+    },
+    stored(userId, entry) {
+      readers.set(entry, [userId]);
+    },
   };
 }
 

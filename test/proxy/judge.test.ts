@@ -20,7 +20,7 @@ const caller: Caller = { userId: 7, scope: 'u:7', credentialId: 'cred-7', verifi
 function decided(url: string, headers: Record<string, string> = {}): Decision {
   const route = resolveRoute(url);
   if (route.kind !== 'cacheable') throw new Error(`${url} is ${route.kind}`);
-  return decide(route, caller, 'Bearer t', headers, T0, { honorNoCache: true, isVerifiedAdmin: (c, t) => t < c.adminUntil }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
+  return decide(route, caller, 'Bearer t', headers, T0, { honorNoCache: true, isVerifiedAdmin: (c, t) => t < c.adminUntil, sharing: 'user', projectOfResource: () => undefined }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
 }
 
 /** The fixture's entries live 60 s fresh, 120 s within stale-while-revalidate, 300 s within stale-if-error. */
@@ -49,6 +49,7 @@ function facts(c: Case): Facts {
   return {
     gate: { blockedMs: () => c.blockedMs ?? 0 },
     projects: { isConfirmed: (userId, projectId) => c.confirmed && userId === 7 && projectId === 5, isConfirmedByFill: (storedAt, now) => now < storedAt + CONFIRM_MS },
+    grants: { isGranted: () => true },
   };
 }
 
