@@ -86,8 +86,9 @@ export class AreaGrants {
   /** A 200 from the instance to the user for an operation of `area` on the project, asked at `askedAt`. */
   earn(userId: number, projectId: number, area: Area, askedAt: number, budget?: SharedTierBudget): void {
     const slots = this.#slots(userId, projectId);
-    // Asked before a refusal: the refusal is the newer verdict.
-    if (askedAt <= slots[REFUSED_AT]!) return;
+    // Asked before a refusal: the refusal is the newer verdict (to the millisecond: one asked in
+    // the refusal's own millisecond is taken, as a proof asked right after it would be).
+    if (askedAt < slots[REFUSED_AT]!) return;
     const until = askedAt + this.o.ttlMs;
     const i = AREA_INDEX.get(area)!;
     const previous = slots[i]!;
@@ -108,7 +109,7 @@ export class AreaGrants {
       if (typeof until !== 'number' || !(this.o.now() < until)) return; // one missing area is enough: the caller fills on their own
       const slots = this.#slots(userId, projectId);
       // A grant the shared store still holds from before a refusal this replica heard of is not taken.
-      if (until - this.o.ttlMs <= slots[REFUSED_AT]!) return;
+      if (until - this.o.ttlMs < slots[REFUSED_AT]!) return;
       if (until > slots[i]!) slots[i] = until;
     }
   }
