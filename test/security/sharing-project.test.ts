@@ -95,7 +95,7 @@ const pathOf = (id: OperationId): string => makePath(getOperation(id), pathIds);
 const RUNS = `/api/v1/projects/${'{p}'}/runs`;
 const runs = (query = '') => RUNS.replace('{p}', String(projectId)) + query;
 const sessions = () => `/api/v1/projects/${projectId}/sessions`;
-const isSharedHit = (res: TestResponse) => /^tm-cache; hit;.*key=project$/.test(res.headers['cache-status'] ?? '');
+const isSharedHit = (res: TestResponse) => /^tm-cache; hit;.*key=project$/.test(String(res.headers['cache-status'] ?? ''));
 
 /** The lists whose items tell a replica which project a run, milestone, session or source belongs to. */
 async function fillProjectLists(p: TestProxy, token: string): Promise<void> {
