@@ -98,6 +98,12 @@ describe('tm-cache serve', () => {
     expect(r.stderr).toMatch(message);
   });
 
+  it('exits 2 for an invalid cache.sharing, naming the setting and the allowed values', async () => {
+    const r = await run(['serve', '--upstream', 'http://127.0.0.1:1'], { TM_CACHE_SHARING: 'team' });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/cache\.sharing.*team.*user, project/);
+  });
+
   it.each([
     ['cluster', 'cache.redis.nodes'],
     ['sentinel', 'cache.redis.sentinels'],

@@ -31,6 +31,29 @@ export const EXPAND_TYPES = [
 ] as const;
 export type ExpandType = (typeof EXPAND_TYPES)[number];
 
+/**
+ * Areas of a project: an instance grants access per project through roles, and answers 403
+ * ("insufficient access") on results, milestones, sessions and automation sources, so a role may
+ * allow some parts of a project and not others. The emulator restricts them (deny_area), and
+ * `cache.sharing: project` serves a shared answer only to a caller with a grant for every area
+ * it reveals (src/proxy/access-grants.ts).
+ */
+export const AREAS = ['runs', 'results', 'milestones', 'sessions', 'automation_sources', 'users'] as const;
+export type Area = (typeof AREAS)[number];
+
+/**
+ * The area an expand carries into an answer: a run with its milestones expanded reveals
+ * milestones. Expands that name no area (issues, statuses, configs, ...) are the project's
+ * settings; roles and groups expand only on admin-only answers. `users` reveals the people of
+ * the project, as its member list does.
+ */
+export const EXPAND_AREAS: Readonly<Partial<Record<ExpandType, Area>>> = {
+  milestones: 'milestones',
+  milestone_stats: 'milestones',
+  automation_sources: 'automation_sources',
+  users: 'users',
+};
+
 /** `per_page` allowed values (spec, Limits). */
 export const PER_PAGE_VALUES = [15, 25, 50, 100] as const;
 export const DEFAULT_PER_PAGE = 100;
@@ -102,6 +125,11 @@ export interface Operation {
   /** Site admin access required (spec, endpoint summary). */
   readonly adminOnly: boolean;
   /**
+   * The area of a project its answers belong to (a run's results: the run's project); null for
+   * `getProject` (membership only) and the operations that name no project.
+   */
+  readonly area: Area | null;
+  /**
    * What the instance answers when the caller cannot access the project the operation is about:
    * 403 where the spec lists 403 for the operation, else 404 (the project is not revealed).
    */
@@ -147,36 +175,36 @@ const CODES_ADMIN_SINGLE = [200, 400, 401, 403, 404, 422];
 export const OPERATIONS: readonly Operation[] = [
   {
     id: 'getCurrentUser', path: '/user', pathIds: [], envelope: 'flat', resource: 'current_user',
-    adminOnly: false, noAccessStatus: null, params: [], statusCodes: [200, 400, 401],
+    area: null, adminOnly: false, noAccessStatus: null, params: [], statusCodes: [200, 400, 401],
   },
   {
     id: 'listUsers', path: '/users', pathIds: [], envelope: 'list', resource: 'user',
-    adminOnly: true, noAccessStatus: null, params: [...paging, ADMIN_USER_EXPANDS], statusCodes: CODES_ADMIN_LIST,
+    area: null, adminOnly: true, noAccessStatus: null, params: [...paging, ADMIN_USER_EXPANDS], statusCodes: CODES_ADMIN_LIST,
   },
   {
     // The spec leaves open whether the user is wrapped in `result`; we wrap it like every other
     // single operation (README, "API notes").
     id: 'getUser', path: '/users/{user_id}', pathIds: ['user_id'], envelope: 'single', resource: 'user',
-    adminOnly: true, noAccessStatus: null, params: [ADMIN_USER_EXPANDS], statusCodes: CODES_ADMIN_SINGLE,
+    area: null, adminOnly: true, noAccessStatus: null, params: [ADMIN_USER_EXPANDS], statusCodes: CODES_ADMIN_SINGLE,
   },
   {
     id: 'listProjectUsers', path: '/projects/{project_id}/users', pathIds: ['project_id'], envelope: 'list',
-    resource: 'project_user', adminOnly: false, noAccessStatus: 404, params: [...paging],
+    resource: 'project_user', area: 'users', adminOnly: false, noAccessStatus: 404, params: [...paging],
     statusCodes: [200, 400, 401, 404, 422],
   },
   {
     id: 'listProjects', path: '/projects', pathIds: [], envelope: 'list', resource: 'project',
-    adminOnly: false, noAccessStatus: null,
+    area: null, adminOnly: false, noAccessStatus: null,
     params: [...paging, sort('projects', ['created_at', 'completed_at']), order, bool('is_completed'), expands('users')],
     statusCodes: [],
   },
   {
     id: 'getProject', path: '/projects/{project_id}', pathIds: ['project_id'], envelope: 'single',
-    resource: 'project', adminOnly: false, noAccessStatus: 404, params: [expands('users')], statusCodes: [],
+    resource: 'project', area: null, adminOnly: false, noAccessStatus: 404, params: [expands('users')], statusCodes: [],
   },
   {
     id: 'listRuns', path: '/projects/{project_id}/runs', pathIds: ['project_id'], envelope: 'list', resource: 'run',
-    adminOnly: false, noAccessStatus: 404,
+    area: 'runs', adminOnly: false, noAccessStatus: 404,
     params: [
       ...paging, sort('runs', ['created_at', 'closed_at']), order,
       ...window('closed'), ...window('created'),
@@ -187,11 +215,11 @@ export const OPERATIONS: readonly Operation[] = [
   },
   {
     id: 'getRun', path: '/runs/{run_id}', pathIds: ['run_id'], envelope: 'single', resource: 'run',
-    adminOnly: false, noAccessStatus: 404, params: [RUN_EXPANDS], statusCodes: [],
+    area: 'runs', adminOnly: false, noAccessStatus: 404, params: [RUN_EXPANDS], statusCodes: [],
   },
   {
     id: 'listRunResults', path: '/runs/{run_id}/results', pathIds: ['run_id'], envelope: 'list', resource: 'result',
-    adminOnly: false, noAccessStatus: 403,
+    area: 'results', adminOnly: false, noAccessStatus: 403,
     params: [
       ...paging, sort('run_results', ['created_at']), order, ...window('created'),
       ids('created_by'), ids('assignee_id', 0), ids('status_id', 1, MAX_STATUS_ID), bool('get_latest_result'),
@@ -201,7 +229,7 @@ export const OPERATIONS: readonly Operation[] = [
   },
   {
     id: 'listMilestones', path: '/projects/{project_id}/milestones', pathIds: ['project_id'], envelope: 'list',
-    resource: 'milestone', adminOnly: false, noAccessStatus: 403,
+    resource: 'milestone', area: 'milestones', adminOnly: false, noAccessStatus: 403,
     params: [
       ...paging, sort('milestones', ['created_at', 'completed_at']), order,
       strings('automation_tags'), ...window('completed'), ...window('created'),
@@ -212,12 +240,12 @@ export const OPERATIONS: readonly Operation[] = [
   },
   {
     id: 'getMilestone', path: '/milestones/{milestone_id}', pathIds: ['milestone_id'], envelope: 'single',
-    resource: 'milestone', adminOnly: false, noAccessStatus: 403, params: [MILESTONE_EXPANDS],
+    resource: 'milestone', area: 'milestones', adminOnly: false, noAccessStatus: 403, params: [MILESTONE_EXPANDS],
     statusCodes: [200, 400, 401, 403, 404, 422],
   },
   {
     id: 'listSessions', path: '/projects/{project_id}/sessions', pathIds: ['project_id'], envelope: 'list',
-    resource: 'session', adminOnly: false, noAccessStatus: 403,
+    resource: 'session', area: 'sessions', adminOnly: false, noAccessStatus: 403,
     params: [
       ...paging, sort('sessions', ['created_at', 'closed_at']), order,
       ids('assignee_id'), ...window('closed'), ...window('created'),
@@ -229,12 +257,12 @@ export const OPERATIONS: readonly Operation[] = [
   },
   {
     id: 'getSession', path: '/sessions/{session_id}', pathIds: ['session_id'], envelope: 'single',
-    resource: 'session', adminOnly: false, noAccessStatus: 403, params: [SESSION_EXPANDS],
+    resource: 'session', area: 'sessions', adminOnly: false, noAccessStatus: 403, params: [SESSION_EXPANDS],
     statusCodes: [200, 400, 401, 403, 404, 422],
   },
   {
     id: 'listAutomationSources', path: '/projects/{project_id}/automation/sources', pathIds: ['project_id'],
-    envelope: 'list', resource: 'automation_source', adminOnly: false, noAccessStatus: 403,
+    envelope: 'list', resource: 'automation_source', area: 'automation_sources', adminOnly: false, noAccessStatus: 403,
     params: [
       ...paging, sort('automation_sources', ['created_at', 'ran_at', 'retired_at']), order,
       bool('is_retired'), expands('users'),
@@ -243,24 +271,24 @@ export const OPERATIONS: readonly Operation[] = [
   },
   {
     id: 'getAutomationSource', path: '/automation/sources/{automation_source_id}', pathIds: ['automation_source_id'],
-    envelope: 'single', resource: 'automation_source', adminOnly: false, noAccessStatus: 403,
+    envelope: 'single', resource: 'automation_source', area: 'automation_sources', adminOnly: false, noAccessStatus: 403,
     params: [expands('users')], statusCodes: [200, 400, 401, 403, 404, 422],
   },
   {
     id: 'listRoles', path: '/roles', pathIds: [], envelope: 'list', resource: 'role',
-    adminOnly: true, noAccessStatus: null, params: [...paging, expands('users')], statusCodes: [],
+    area: null, adminOnly: true, noAccessStatus: null, params: [...paging, expands('users')], statusCodes: [],
   },
   {
     id: 'getRole', path: '/roles/{role_id}', pathIds: ['role_id'], envelope: 'single', resource: 'role',
-    adminOnly: true, noAccessStatus: null, params: [expands('users')], statusCodes: [],
+    area: null, adminOnly: true, noAccessStatus: null, params: [expands('users')], statusCodes: [],
   },
   {
     id: 'listGroups', path: '/groups', pathIds: [], envelope: 'list', resource: 'group',
-    adminOnly: true, noAccessStatus: null, params: [...paging, expands('users')], statusCodes: CODES_ADMIN_LIST,
+    area: null, adminOnly: true, noAccessStatus: null, params: [...paging, expands('users')], statusCodes: CODES_ADMIN_LIST,
   },
   {
     id: 'getGroup', path: '/groups/{group_id}', pathIds: ['group_id'], envelope: 'single', resource: 'group',
-    adminOnly: true, noAccessStatus: null, params: [expands('users')], statusCodes: CODES_ADMIN_SINGLE,
+    area: null, adminOnly: true, noAccessStatus: null, params: [expands('users')], statusCodes: CODES_ADMIN_SINGLE,
   },
 ];
 

@@ -2,7 +2,8 @@
  * Cache keys and credential digests.
  *
  * A key is `<scope>|<version>|<operation>|<path ids>|<canonical query>`: the scope first (`u:42`
- * for a user's entries, `admin` for admin-only answers shared among verified admins), so no two
+ * for a user's entries, `admin` for admin-only answers shared among verified admins, `p:4` for a
+ * project's answers shared among its proven members in `cache.sharing: project`), so no two
  * callers' questions ever share a key unless they share an access level. Keys are stable across
  * processes (the Redis tier shares them between replicas) and short: a long canonical query is
  * replaced by its SHA-256. Raw credentials never appear in a key: they are HMAC'd.
@@ -15,13 +16,27 @@ export const KEY_VERSION = 'v1';
 /** Canonical queries longer than this are hashed to keep keys short. */
 export const MAX_INLINE_QUERY_CHARS = 96;
 
-export type Scope = `u:${number}` | 'admin';
+/** A user's own (`u:42`), the verified admins' (`admin`), or one project's, shared by its proven members (`p:4`: `cache.sharing: project`). */
+export type Scope = `u:${number}` | 'admin' | `p:${number}`;
 
 export function userScope(userId: number): Scope {
   return `u:${userId}`;
 }
 
 export const ADMIN_SCOPE: Scope = 'admin';
+
+export function projectScope(projectId: number): Scope {
+  return `p:${projectId}`;
+}
+
+/** What a log line, a Cache-Status or /admin/entries says of a scope: its kind, never the id in it. */
+export type ScopeKind = 'user' | 'admin' | 'project' | 'other';
+
+export function scopeKind(scope: string): ScopeKind {
+  if (scope.startsWith('u:')) return 'user';
+  if (scope.startsWith('p:')) return 'project';
+  return scope === ADMIN_SCOPE ? 'admin' : 'other';
+}
 
 /**
  * The scope-independent part of a key. Computed once per distinct request URL (the proxy memoizes
@@ -52,8 +67,8 @@ export function hmacCredential(secret: Buffer, credential: string): string {
 }
 
 /**
- * What a log line may say about a cache key: its scope's kind (`user` or `admin`, never the user
- * id), its operation, and a short digest that lets lines about one key be matched up. The digest
+ * What a log line may say about a cache key: its scope's kind (`user`, `admin` or `project`, never the
+ * user or project id), its operation, and a short digest that lets lines about one key be matched up. The digest
  * is an HMAC under a random key of this process, so it cannot be reversed by guessing user ids
  * and queries (a plain hash of such a small space could be).
  */
@@ -68,8 +83,7 @@ const LOG_DIGEST_CHARS = 12;
 
 export function describeKey(key: string): KeyForLog {
   const [scope = '', , operation] = key.split('|', 3);
-  const kind = scope.startsWith('u:') ? 'user' : scope === ADMIN_SCOPE ? 'admin' : 'other';
-  return { scope: kind, ...(operation ? { operation } : {}), keyDigest: logDigest(key) };
+  return { scope: scopeKind(scope), ...(operation ? { operation } : {}), keyDigest: logDigest(key) };
 }
 
 /**

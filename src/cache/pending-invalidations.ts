@@ -20,7 +20,7 @@ import type { InvalidationMessage } from './invalidation.js';
 import type { TierCounts } from './tiered.js';
 
 /** What TieredCache drops below memory and publishes: everything but identities. */
-export type SharedInvalidation = Exclude<InvalidationMessage, { kind: 'forget' }>;
+export type SharedInvalidation = Exclude<InvalidationMessage, { kind: 'forget' } | { kind: 'access-refused' }>;
 
 /** One try at telling every shared tier and the bus: the counts, or what could not be told. */
 export type Attempt = { readonly counts: TierCounts } | { readonly unreached: readonly string[] };

@@ -62,13 +62,33 @@ export class FreshnessPolicy {
   private readonly settledIds = new Map<ResourceName, Set<number>>();
   /** Project of each run/session/milestone/source seen, so a write to `/runs/7` can drop its project's lists. */
   private readonly projectOf = new Map<string, number>();
+  /**
+   * Told of each resource whose project is learned for the first time (`cache.sharing: project`
+   * shares it through Redis, and reads list bodies for it: `learnsFromLists`).
+   */
+  private readonly onLearned: ((tag: string, projectId: number) => void) | undefined;
+  private readonly learnsFromLists: boolean;
 
   constructor(
     private freshness: Config['cache']['freshness'],
     private staleIfErrorMs: number,
     /** `cache.storedHeaders`: the instance's headers an entry keeps (storable.ts makeEntry); fixed until a restart, as keys follow it. */
     readonly storedHeaders: Config['cache']['storedHeaders'] = DEFAULT_STORED_HEADERS,
-  ) {}
+    learning: { readonly fromLists: boolean; readonly onLearned?: (tag: string, projectId: number) => void } = { fromLists: false },
+  ) {
+    this.onLearned = learning.onLearned;
+    this.learnsFromLists = learning.fromLists;
+  }
+
+  /** The project the instance said a resource (`run:7`) belongs to, if this replica learned it. A Map lookup. */
+  projectOfResource(tag: string): number | undefined {
+    return this.projectOf.get(tag);
+  }
+
+  /** What another replica learned (through Redis): remembered as if learned here. */
+  learnProject(tag: string, projectId: number): void {
+    if (this.projectOf.get(tag) !== projectId) this.rememberProject(tag, projectId);
+  }
 
   /** New freshness rules (a reload): answers stored from now on follow them; stored ones keep theirs. */
   reconfigure(freshness: Config['cache']['freshness'], staleIfErrorMs: number): void {
@@ -85,6 +105,7 @@ export class FreshnessPolicy {
       if (result) settled = this.learn(op, result, tags);
     } else {
       settled = this.settledByParent(op.resource, req.ids);
+      if (this.learnsFromLists) this.learnListed(op, body);
     }
     this.tieToKnownProject(tags);
     if (isSiteWideList(op)) tags.push(op.resource);
@@ -168,7 +189,30 @@ export class FreshnessPolicy {
   private rememberProject(tag: string, projectId: number): void {
     // Bounded: a long-running proxy sees many resources; forgetting one only costs a wider miss.
     if (this.projectOf.size >= MAX_REMEMBERED) this.projectOf.clear();
+    const known = this.projectOf.get(tag);
     this.projectOf.set(tag, projectId);
+    if (known !== projectId) this.onLearned?.(tag, projectId);
+  }
+
+  /**
+   * The items of a list of resources a path can name (a project's runs, milestones, sessions,
+   * sources) name their project: each is remembered, so that a later `/runs/{id}` is placed in
+   * its project's shared scope. One parse per list fill, only when sharing by project.
+   */
+  private learnListed(op: Operation, body: Buffer): void {
+    if (RESOURCES[op.resource].idParam === null) return;
+    let items: unknown;
+    try {
+      items = (JSON.parse(body.toString('utf8')) as { result?: unknown }).result;
+    } catch {
+      return;
+    }
+    if (!Array.isArray(items)) return;
+    for (const item of items as unknown[]) {
+      if (item === null || typeof item !== 'object') continue;
+      const { id, project_id: projectId } = item as Record<string, unknown>;
+      if (typeof id === 'number' && typeof projectId === 'number') this.learnProject(tagOf(op.resource, id), projectId);
+    }
   }
 }
 

@@ -53,7 +53,7 @@ export class RedisInvalidationBus implements InvalidationBus {
       if (message.origin === this.origin) return;
       // `missed` is this bus's own word, never another replica's.
       if (message.kind === 'all') this.#emit({ kind: 'all' });
-      else if (message.kind === 'tag' || message.kind === 'key' || message.kind === 'forget') this.#emit(message);
+      else if (message.kind === 'tag' || message.kind === 'key' || message.kind === 'forget' || isAccessRefused(message)) this.#emit(message);
     } catch (error) {
       this.#connection.failures.record('subscribe', error);
     }
@@ -68,4 +68,10 @@ export class RedisInvalidationBus implements InvalidationBus {
       }
     }
   }
+}
+
+/** A well-formed `access-refused` (invalidation.ts): what a listener may act on without checking again. */
+function isAccessRefused(message: InvalidationMessage): boolean {
+  if (message.kind !== 'access-refused') return false;
+  return Number.isSafeInteger(message.userId) && Number.isSafeInteger(message.projectId) && Number.isFinite(message.at);
 }

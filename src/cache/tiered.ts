@@ -277,7 +277,7 @@ export class TieredCache {
   }
 
   #applyRemote(message: InvalidationMessage): void {
-    if (message.kind === 'forget') return; // about identities, not entries
+    if (message.kind === 'forget' || message.kind === 'access-refused') return; // about callers, not entries
     if (message.kind === 'all') this.#onRemoteClear?.(message.missed ? 'invalidations-missed' : 'purged-by-another-replica', this.memory.stats().entries);
     const apply = (tier: CacheTier): MaybePromise<unknown> =>
       message.kind === 'tag' ? tier.invalidateTag(message.tag) : message.kind === 'key' ? tier.delete(message.key) : tier.clear!();

@@ -24,6 +24,7 @@ export const RELOADABLE: readonly string[] = [
   'identity.refusedTtlMs',
   'access.ttlMs',
   'access.projectConfirmMs',
+  'access.grantTtlMs',
   'upstream.defaultRetryAfterMs',
   'upstream.maxRetryAfterMs',
   'health.requireUpstream',

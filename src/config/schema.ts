@@ -126,7 +126,7 @@ export const ConfigSchema = section({
     maxQueue: count(0, 256),
     staleOnOutage: boolean(true),
   }),
-  access: section({ ttlMs: durationMs(1, 300_000), projectConfirmMs: durationMs(0, 30_000) }),
+  access: section({ ttlMs: durationMs(1, 300_000), projectConfirmMs: durationMs(0, 30_000), grantTtlMs: durationMs(0, 300_000) }),
   log: section({
     access: oneOf(['all', 'errors', 'off'], 'all', { env: 'TM_CACHE_LOG_ACCESS' }),
     accessSample: Type.Number({ minimum: 0, maximum: 1, default: 1, allowed: 'a fraction from 0 to 1, e.g. 0.01' }),
@@ -143,6 +143,8 @@ export const ConfigSchema = section({
     upstreamProbeMs: durationMs(100, 10_000),
   }),
   cache: section({
+    // Whose answers share an entry: each user's own, or a project's, among its proven members (src/proxy/decide.ts).
+    sharing: oneOf(['user', 'project'], 'user', { env: 'TM_CACHE_SHARING' }),
     strict: boolean(false),
     honorClientNoCache: boolean(true),
     // Headers of the instance's answer kept in entries and sent with every cached answer (entry.ts).
@@ -205,6 +207,7 @@ export type Config = DeepReadonly<Static<typeof ConfigSchema>>;
 export type FreshnessRule = DeepReadonly<Static<ReturnType<typeof freshnessRule>>>;
 export type LogLevel = Config['server']['logLevel'];
 export type RedisMode = Config['cache']['redis']['mode'];
+export type Sharing = Config['cache']['sharing'];
 
 /** Every setting's `default`, collected: a section has none of its own (every leaf has one). */
 function defaultsOf(schema: TSchema): unknown {

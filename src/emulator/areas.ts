@@ -4,31 +4,16 @@
  * user on one project's area; a restricted user gets 403 (insufficient access) on that area's
  * operations of that project, whatever the operation answers when the project itself is missing.
  */
-import type { OperationId } from '../api/catalogue.js';
+import { AREAS, getOperation, type Area, type OperationId } from '../api/catalogue.js';
 
-export const AREAS = ['runs', 'results', 'milestones', 'sessions', 'automation_sources', 'users'] as const;
-export type Area = (typeof AREAS)[number];
+export { AREAS, type Area };
 
 /**
- * The area of each project-scoped operation. getProject is no area (membership only), nor are the
- * operations that name no project (the current user, the project list, admin-only lists).
- * A run's results belong to the run's project.
+ * The area of a project-scoped operation, from the catalogue (the proxy reads the same column):
+ * none for getProject (membership only), nor for the operations that name no project.
  */
-const OPERATION_AREAS: Partial<Record<OperationId, Area>> = {
-  listRuns: 'runs',
-  getRun: 'runs',
-  listRunResults: 'results',
-  listMilestones: 'milestones',
-  getMilestone: 'milestones',
-  listSessions: 'sessions',
-  getSession: 'sessions',
-  listAutomationSources: 'automation_sources',
-  getAutomationSource: 'automation_sources',
-  listProjectUsers: 'users',
-};
-
 export function areaOf(op: OperationId): Area | undefined {
-  return OPERATION_AREAS[op];
+  return getOperation(op).area ?? undefined;
 }
 
 /** Which (user, project, area) triples are denied. Nothing is denied on a fresh instance. */

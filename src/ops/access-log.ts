@@ -21,6 +21,8 @@ export interface AccessFields {
   readonly ms: number;
   readonly outcome: string;
   readonly tier?: string | undefined;
+  /** Whose entry answered (decided requests): `user`, `admin` or `project` (`cache.sharing: project`), never an id. */
+  readonly scope?: string | undefined;
   readonly detail?: string | undefined;
   readonly upstreamStatus?: number | undefined;
   readonly upstreamMs?: number | undefined;
@@ -76,6 +78,7 @@ export class AccessLog {
     }
     let line = `{"level":30,"time":${time}${this.#bindings},"reqId":${str(f.reqId)},"method":${str(f.method)},"op":${str(f.op)},"path":${str(f.path)},"status":${f.status},"ms":${f.ms},"outcome":"${f.outcome}"`;
     if (f.tier !== undefined) line += `,"tier":"${f.tier}"`;
+    if (f.scope !== undefined) line += `,"scope":"${f.scope}"`;
     if (f.detail !== undefined) line += `,"detail":${str(f.detail)}`;
     if (f.upstreamStatus !== undefined) line += `,"upstreamStatus":${f.upstreamStatus}`;
     if (f.upstreamMs !== undefined) line += `,"upstreamMs":${f.upstreamMs}`;

@@ -261,6 +261,8 @@ function statsOf(deps: AdminDeps): unknown {
       budget: budgetOf(deps),
     },
     bytes: { sent: metrics.totals.bytesSent, savedBy304: metrics.totals.notModifiedSaved },
+    // cache.sharing: project (metrics.ts SharingTotals): what sharing a project's answers among its members saved.
+    sharing: { sharedHits: metrics.totals.sharedHits, grantFills: metrics.totals.grantFills, savedRequests: metrics.totals.savedBySharing },
     memory: { ...memory.stats(), maxBytes: memory.maxBytes, evictions: metrics.families.evictions.total({ tier: 'memory' }) },
     redis: deps.redis
       ? { configured: true, status: redisState!.status, detail: redisState!.detail ?? null, errors: deps.redis.errors() }

@@ -13,6 +13,8 @@ import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReloadResult } from '../config/reload.js';
 import type { CertificateReloadResult } from '../config/tls-files.js';
 import type { BudgetEvents, BudgetMode, BudgetSnapshot } from '../upstream/fleet-budget.js';
+import type { CacheEntry } from '../cache/entry.js';
+import type { SharingEvents } from '../proxy/read-through.js';
 
 /** Status of an answer as a bounded label: 429 on its own (rate limiting is worth its own line). */
 export type StatusClass = '2xx' | '3xx' | '4xx' | '429' | '5xx' | 'error';
@@ -174,6 +176,8 @@ export interface Metrics {
   budgetDeferred(to: 'stale' | 'refused'): void;
   /** Registers the fleet budget's gauges, read from its snapshot at scrape time (once per process). */
   watchBudget(snapshot: () => BudgetSnapshot): void;
+  /** What sharing by project did (`cache.sharing: project`): pass as the read-through's `sharing`. */
+  readonly sharing: SharingEvents;
   /** Read access for /admin/stats. */
   readonly families: {
     readonly requests: LabelledFamily;
@@ -182,7 +186,18 @@ export interface Metrics {
     readonly budgetTokens: LabelledFamily;
     readonly budgetWaits: LabelledFamily;
   };
-  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number; budgetPauses: number; budgetDeferredToStale: number; budgetRefused: number };
+  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number; budgetPauses: number; budgetDeferredToStale: number; budgetRefused: number } & SharingTotals;
+}
+
+/**
+ * What sharing by project did. `savedBySharing`: for each shared entry, the members it served
+ * besides the one whose request filled it; per-user caching would have asked the instance once
+ * for each of them (at least once per freshness period), so this is what sharing saved.
+ */
+export interface SharingTotals {
+  sharedHits: number;
+  grantFills: number;
+  savedBySharing: number;
 }
 
 export interface MetricsOptions {
@@ -236,7 +251,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     'New TLS certificates read (SIGHUP, or their files changed) by result: applied (served from the next connection on), refused (unreadable, not PEM, or a key that does not match: the certificate in use kept).',
     'counter', ['result'], [], registry);
   for (const result of CERTIFICATE_RELOAD_RESULTS) certificateReloads.slot(result);
-    const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0, budgetDeferredToStale: 0, budgetRefused: 0 };
+  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0, budgetDeferredToStale: 0, budgetRefused: 0, sharedHits: 0, grantFills: 0, savedBySharing: 0 };
   const deferredHelp = 'Client requests the fleet\'s upstream budget had no token for within upstream.budget.maxWaitMs, by what they got: stale (a stale answer within cache.staleIfErrorMs, Cache-Status detail=budget) or refused (429 with a Retry-After).';
   registry.registerMetric({
     name: 'tm_cache_upstream_budget_deferred_total',
@@ -247,6 +262,9 @@ export function createMetrics(options: MetricsOptions): Metrics {
       { value: totals.budgetRefused, labels: { to: 'refused' } },
     ], aggregator: 'sum' }),
   } as never);
+  counterOf(registry, 'tm_cache_shared_hits_total', 'Fresh hits on a project\'s shared entries (cache.sharing: project), served to a member with proof of access.', () => totals.sharedHits);
+  counterOf(registry, 'tm_cache_grant_fills_total', 'Requests for a project\'s shared answer by a member without a grant for its areas, filled under their own token (which earns the grant).', () => totals.grantFills);
+  counterOf(registry, 'tm_cache_sharing_saved_requests_total', 'Upstream requests sharing by project saved: per shared entry, the members it served besides the one whose request filled it.', () => totals.savedBySharing);
   counterOf(registry, 'tm_cache_upstream_budget_pauses_total', 'Fleet pauses this replica learned of: a 429 from the instance, its own or another replica\'s through Redis.', () => totals.budgetPauses);
   counterOf(registry, 'tm_cache_bytes_sent_total', 'Body bytes sent to clients by the cache path (not passthrough).', () => totals.bytesSent);
   counterOf(registry, 'tm_cache_not_modified_bytes_saved_total', 'Body bytes not sent because a client\'s If-None-Match matched (304).', () => totals.notModifiedSaved);
@@ -317,8 +335,34 @@ export function createMetrics(options: MetricsOptions): Metrics {
       gauge('tm_cache_upstream_budget_queued', 'Requests waiting for a budget token, every priority.', (s) => s.queued.client + s.queued.background + s.queued.ahead);
       gauge('tm_cache_upstream_budget_shared', 'Where budget tokens come from: 1 the fleet\'s shared bucket (Redis), 0 this replica\'s own (its fallback share, or no Redis).', (s) => (s.mode === SHARED ? 1 : 0));
     },
+    sharing: sharingEvents(totals),
     families: { requests, upstreamResponses, evictions, budgetTokens, budgetWaits },
     totals,
+  };
+}
+
+/**
+ * The members each shared entry served on this replica (a small array: a team), first the one
+ * whose fill stored it. An entry read from Redis, filled elsewhere, starts with its first reader.
+ * A WeakMap: an entry's readers go with the entry.
+ */
+function sharingEvents(totals: SharingTotals): SharingEvents {
+  const readers = new WeakMap<CacheEntry, number[]>();
+  return {
+    sharedHit(userId, entry) {
+      totals.sharedHits++;
+      const seen = readers.get(entry);
+      if (seen === undefined) return void readers.set(entry, [userId]);
+      if (seen.includes(userId)) return;
+      seen.push(userId);
+      totals.savedBySharing++;
+    },
+    grantFill() {
+      totals.grantFills++;
+    },
+    stored(userId, entry) {
+      readers.set(entry, [userId]);
+    },
   };
 }
 

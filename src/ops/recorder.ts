@@ -10,6 +10,7 @@
  * the parameters refused (their names, never their values).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { EntryGate } from '../proxy/decide.js';
 import type { Logger } from 'pino';
 import type { CacheOutcome } from '../cache/outcome.js';
 import type { Config } from '../config/schema.js';
@@ -47,6 +48,8 @@ interface Recorded {
 /** A request the pipeline answered. */
 export interface RequestRecord extends Recorded {
   readonly userId: number | undefined;
+  /** What gated the answer, once decided (decide.ts): the access log names its scope's kind. */
+  readonly gate: EntryGate | undefined;
   /** Body bytes written, and not written thanks to a 304. */
   readonly sent: number;
   readonly savedBy304: number;
@@ -103,6 +106,7 @@ export class Recorder {
       ms: round(seconds * 1_000),
       outcome: kind,
       tier: outcome.tier,
+      scope: scopeOfGate(r.gate),
       detail: outcome.detail,
       upstreamStatus: outcome.upstreamStatus,
       upstreamMs: upstreamMs === undefined ? undefined : round(upstreamMs),
@@ -162,4 +166,10 @@ export function pathOf(url: string | undefined): string {
   const u = url ?? '';
   const end = u.search(/[?#]/);
   return end === -1 ? u : u.slice(0, end);
+}
+
+/** The kind of scope a gate reads (decide.ts), as the access log names it. */
+function scopeOfGate(gate: EntryGate | undefined): string | undefined {
+  if (gate === undefined) return undefined;
+  return gate === 'member' ? 'project' : gate === 'admin' ? 'admin' : 'user';
 }

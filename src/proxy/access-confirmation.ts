@@ -135,6 +135,16 @@ export class ProjectAccess {
     return { kind: 'refused', response: res };
   }
 
+  /**
+   * The instance refused the user on the project elsewhere than a confirmation (a shared answer's
+   * fill: access-grants.ts): not confirmed any more here, and in the shared store when this
+   * replica saw the refusal (`where: 'here'`); another replica's is heard through the bus.
+   */
+  forget(userId: number, projectId: number, where: 'here' | 'elsewhere'): void {
+    if (where === 'here') this.#revoke(userId, projectId, `${userId}:${projectId}`);
+    else this.#byUser.get(userId)?.delete(projectId);
+  }
+
   /** Remembers `until` for the pair; answers what was remembered before. */
   #remember(userId: number, projectId: number, until: number): number | undefined {
     let projects = this.#byUser.get(userId);

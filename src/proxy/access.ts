@@ -11,6 +11,7 @@
  * | 401, 403, 404 to a caller who may read the key | the entry is dropped from every tier: the instance now refuses what is held, so it is not served stale |
  * | 403, 404 to a project access confirmation | that user's entries of the project are dropped from every tier, on every replica |
  * | 401 to a project access confirmation | the token's identity is forgotten, here and on every replica |
+ * | 401, 403, 404 to a fill or confirmation of a project's shared answer (gate `member`) | that user's confirmation and grants of the project are dropped, here and on every replica (access-grants.ts); the shared entry never is: one member's refusal must not evict a team's cache |
  */
 import type { EntryGate } from './decide.js';
 import type { Caller } from './identity.js';
@@ -23,6 +24,8 @@ export interface AccessTargets {
   deleteEntry(key: string): void;
   /** Drops every entry of the project held for that user (its `<scope>|project:<id>` tag). */
   dropUserProject(caller: Caller, projectId: number): void;
+  /** Drops the user's confirmation and grants of the project, on every replica (access-grants.ts). */
+  refuseMember(caller: Caller, projectId: number): void;
 }
 
 /** The request an answer was for, as the rules need it. */
@@ -33,6 +36,8 @@ export interface AnsweredRequest {
   readonly gate: EntryGate;
   readonly caller: Caller;
   readonly authorization: string;
+  /** A project's shared answer (gate `member`): its project. */
+  readonly projectId: number;
 }
 
 /** Answers that mean the caller may no longer see what is cached under the key. */
@@ -44,7 +49,9 @@ export class AccessRules {
   /** The fill's own answer (the leader's request): verification and dropping what is refused. */
   afterFill(r: AnsweredRequest, status: number): void {
     if (status === 200 && r.gate === 'admin') this.targets.markAdmin(r.caller);
-    if (REFUSALS.has(status) && r.mayRead) this.targets.deleteEntry(r.key);
+    if (!REFUSALS.has(status)) return;
+    if (r.gate === 'member') this.targets.refuseMember(r.caller, r.projectId);
+    else if (r.mayRead) this.targets.deleteEntry(r.key);
   }
 
   /** Each caller served a refusal (leader or coalesced): what it says about that caller's credential. */
@@ -56,6 +63,7 @@ export class AccessRules {
   /** A project access confirmation (access-confirmation.ts) refused with `status`. */
   afterConfirmation(r: AnsweredRequest, projectId: number, status: number): void {
     if (status === 403 || status === 404) this.targets.dropUserProject(r.caller, projectId);
+    if (r.gate === 'member' && REFUSALS.has(status)) this.targets.refuseMember(r.caller, projectId);
     if (status === 401) this.targets.forget(r.authorization);
   }
 }

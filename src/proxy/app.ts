@@ -33,7 +33,9 @@ import { passthroughRequestLogger, registerPassthrough } from './passthrough.js'
 import { exchangeOf } from './exchange.js';
 import { keysOnOrigin } from './decide.js';
 import { Pipeline, type Handler } from './pipeline.js';
-import { ReadThrough, type ReadCache } from './read-through.js';
+import { ReadThrough, type ReadCache, type SharingEvents } from './read-through.js';
+import { AreaGrants } from './access-grants.js';
+import type { SharedTierBudget } from '../cache/budget.js';
 import { RetryAfterGate } from './retry-after.js';
 import { RouteMemo } from './route-memo.js';
 
@@ -68,6 +70,8 @@ export interface ProxyDeps {
   readonly onPassthroughAnswer?: ((status: number | undefined, error?: string) => void) | undefined;
   /** The fleet's upstream budget (fleet-budget.ts): told of passthrough 429s; refresh-ahead waits out its pauses. */
   readonly budget?: Pick<FleetBudget, 'onRateLimited' | 'pausedForMs'> | undefined;
+  /** What sharing by project did (metrics, status page). */
+  readonly sharing?: SharingEvents | undefined;
   /** Registers a gauge read at scrape time (metrics): the sizes of the pipeline's memos. */
   readonly gauge?: (name: string, help: string, read: () => number) => void;
   /** HTTPS (`server.tls`, certificates.ts): the listener serves TLS with these options; absent: plain HTTP. */
@@ -88,7 +92,14 @@ export interface Proxy {
 
 export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy> {
   const now = deps.now ?? Date.now;
-  const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs, config.cache.storedHeaders);
+  const sharesProjects = config.cache.sharing === 'project';
+  const shared = deps.shared;
+  // Sharing by project places a run's answers in its project's scope: what the instance said of
+  // a resource's project is learned from list items too, and shared through Redis.
+  const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs, config.cache.storedHeaders, {
+    fromLists: sharesProjects,
+    ...(sharesProjects && shared ? { onLearned: (tag: string, projectId: number) => void shared.setJson(PLACES, tag, projectId, PLACE_TTL_MS) } : {}),
+  });
   let closing = false;
   let current = config;
   let parts: PipelineParts | undefined;
@@ -149,6 +160,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
       parts?.gate.reconfigure(next.upstream.defaultRetryAfterMs, next.upstream.maxRetryAfterMs);
       parts?.identity.reconfigure({ ttlMs: next.identity.ttlMs, accessTtlMs: next.access.ttlMs, refusedTtlMs: next.identity.refusedTtlMs });
       parts?.projects.reconfigure(next.access.projectConfirmMs);
+      parts?.grants.reconfigure(next.access.grantTtlMs);
     },
   };
 }
@@ -159,6 +171,7 @@ interface PipelineParts {
   readonly gate: RetryAfterGate;
   readonly identity: IdentityResolver;
   readonly projects: ProjectAccess;
+  readonly grants: AreaGrants;
 }
 
 /** The parts of the pipeline, wired: identity, access rules, the read-through and the route memo. */
@@ -183,12 +196,20 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     now,
   });
   const projects = new ProjectAccess({ confirmMs: config.access.projectConfirmMs, upstream: deps.upstream, shared: deps.shared, now });
+  const grants = new AreaGrants({
+    ttlMs: config.access.grantTtlMs,
+    shared: deps.shared,
+    bus: deps.bus,
+    now,
+    onRefused: (userId, projectId, where) => projects.forget(userId, projectId, where),
+  });
   const access = new AccessRules({
     markAdmin: (caller) => identity.markAdmin(caller),
     clearAdmin: (caller) => identity.clearAdmin(caller),
     forget: (authorization) => identity.forget(authorization),
     deleteEntry: (key) => void deps.cache.delete(key),
     dropUserProject: (caller, projectId) => void deps.cache.invalidateTag(userProjectTag(caller.scope, projectId)),
+    refuseMember: (caller, projectId) => grants.refuse(caller.userId, projectId, now()),
   });
   const readThrough = new ReadThrough({
     cache: deps.cache,
@@ -196,6 +217,9 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     policy,
     access,
     projects,
+    grants,
+    sharing: deps.sharing,
+    placeFromShared: config.cache.sharing === 'project' && deps.shared ? placeFromShared(deps.shared, policy) : undefined,
     staleOnOutage: config.identity.staleOnOutage,
     gate,
     lock: deps.lock,
@@ -217,12 +241,32 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     cache: deps.cache,
     honorNoCache: config.cache.honorClientNoCache,
     keyOnOrigin: keysOnOrigin(config.cache.storedHeaders),
+    sharing: config.cache.sharing,
+    projectOfResource: (tag: string) => policy.projectOfResource(tag),
     strict: config.cache.strict,
     now,
     logger: deps.logger,
     recorder: deps.recorder,
   };
-  return { pipeline: new Pipeline(options, forward), gate, identity, projects };
+  return { pipeline: new Pipeline(options, forward), gate, identity, projects, grants };
+}
+
+/** Where replicas share what the instance said of a resource's project (`run:7` → 4), and for how long. */
+const PLACES = 'project-of';
+const PLACE_TTL_MS = 24 * 3_600_000;
+/** Resources asked of the shared store at most once each (bounded: past it, the set starts over). */
+const MAX_PLACES_ASKED = 100_000;
+
+/** Asks the shared store, once per resource, for the project another replica learned it belongs to. */
+function placeFromShared(shared: SharedStore, policy: FreshnessPolicy): (tag: string, budget: SharedTierBudget) => Promise<void> {
+  const asked = new Set<string>();
+  return async (tag, budget) => {
+    if (asked.has(tag)) return;
+    if (asked.size >= MAX_PLACES_ASKED) asked.clear();
+    asked.add(tag);
+    const projectId = await shared.getJson<number>(PLACES, tag, { budget, isValid: (v) => Number.isSafeInteger(v) && (v as number) > 0 });
+    if (projectId !== undefined) policy.learnProject(tag, projectId);
+  };
 }
 
 /** The memos' sizes, so that their bounds can be watched (and tested) from outside. */

@@ -1,14 +1,22 @@
 /**
  * The one decision: what a cacheable request from a known caller may be answered from.
  *
- * - `scope`: whose entry it is. The caller's own (`u:<id>`), or the shared `admin` scope for
- *   admin-only operations.
+ * - `scope`: whose entry it is. The caller's own (`u:<id>`), the shared `admin` scope for
+ *   admin-only operations, or with `cache.sharing: project` the project's (`p:<id>`) for every
+ *   answer of a project whose project is known (from its path, or learned from the instance's
+ *   answers for a run, milestone, session or source): `GET /user` and `GET /projects` stay the
+ *   caller's own, and so does an answer whose project is not known yet.
  * - `gate`: what, besides freshness, must hold before this caller is served the entry (`EntryGate`).
  * - `key`: where the answer is stored and looked up, in `scope`.
  * - `fillKey`: what concurrent identical requests coalesce on. It differs from `key` only for a
  *   caller not yet verified as admin: their request goes upstream under their own token,
  *   coalesced only with their own, and the instance's 200 (which verifies them) or 403 decides.
  * - `mayRead`: whether this caller may read what `key` holds; false for that unverified caller.
+ *   A project's shared answer is read only with proof, judged on each read (judge.ts).
+ * - `ownKey`: the caller's own key of the question: what a member without proof coalesces on
+ *   (only with their own requests).
+ * - `projectId`, `areas`: for a project's shared answer, its project and the areas it reveals
+ *   (access-grants.ts); 0 otherwise. `unplaced`: the resource whose project is not known yet.
  * - `noCache`: the client asked for revalidation (RFC 9111 §5.2.1.4), when that is honoured.
  *
  * Every stage asks this module; none decides scope, key or gate on its own (an operation's
@@ -22,10 +30,11 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { CanonicalRequest } from '../api/normalize.js';
 import type { SharedTierBudget } from '../cache/budget.js';
 import type { Operation } from '../api/catalogue.js';
-import { ADMIN_SCOPE, type Scope } from '../cache/key.js';
+import { ADMIN_SCOPE, projectScope, type Scope } from '../cache/key.js';
+import type { Sharing } from '../config/schema.js';
 import { wantsRevalidation } from './headers.js';
 import type { Caller } from './identity.js';
-import { keyFor, type CacheableRoute, type RouteInfo } from './route-memo.js';
+import { keyFor, type CacheableRoute, type Placement, type RouteInfo } from './route-memo.js';
 
 /**
  * What, besides freshness, must hold before a caller is served an entry:
@@ -34,8 +43,11 @@ import { keyFor, type CacheableRoute, type RouteInfo } from './route-memo.js';
  * - `project`: an answer that reveals a project: the caller's access to it confirmed within
  *   `access.projectConfirmMs` (access-confirmation.ts). A fresh 200 of the project confirms it.
  * - `identity`: the caller's identity alone (`GET /user` names nobody but the caller).
+ * - `member`: a project's shared answer (`cache.sharing: project`): the caller's access to the
+ *   project confirmed within `access.projectConfirmMs`, a grant for every area the answer
+ *   reveals within `access.grantTtlMs`, and no refusal since (access-grants.ts).
  */
-export type EntryGate = 'admin' | 'project' | 'identity';
+export type EntryGate = 'admin' | 'project' | 'identity' | 'member';
 
 export interface Decision extends SharedTierBudget {
   readonly canonical: CanonicalRequest;
@@ -49,6 +61,11 @@ export interface Decision extends SharedTierBudget {
   readonly noCache: boolean;
   /** The browser's Origin, when it is part of the key (`keysOnOrigin`): the fill asks the instance with it. */
   readonly origin?: string | undefined;
+  readonly ownKey: string;
+  readonly projectId: number;
+  readonly areas: number;
+  /** `cache.sharing: project`, and the project of the resource this names (`run:7`) not known yet: answered in the caller's own scope meanwhile. */
+  readonly unplaced: string | undefined;
   /** Set by the fill this request leads: how long the upstream took (ms), for its access log line. */
   upstreamMs: number | undefined;
 }
@@ -60,6 +77,10 @@ export interface DecideOptions {
   readonly keyOnOrigin?: boolean;
   /** Is the caller a verified site admin at `t`? */
   readonly isVerifiedAdmin: (caller: Caller, t: number) => boolean;
+  /** `cache.sharing` */
+  readonly sharing: Sharing;
+  /** The project the instance said a resource (`run:7`) belongs to, if learned (policy.ts). */
+  readonly projectOfResource: (tag: string) => number | undefined;
 }
 
 /** Where `decide` writes: the request's exchange (exchange.ts), the one object a hit allocates. */
@@ -76,12 +97,21 @@ export function decide(
   into: DecisionSlots,
 ): Decision {
   const canonical = route.req;
-  const gate = gateOf(canonical.op);
+  let gate = gateOf(canonical.op);
   let scope: Scope;
   let key: string;
   let fillKey: string;
   let mayRead = true;
-  if (gate !== 'admin') {
+  let projectId = 0;
+  let areas = 0;
+  const placement = gate === 'project' && o.sharing === 'project' ? placementOf(route, o) : undefined;
+  if (placement !== undefined) {
+    gate = 'member';
+    scope = projectScope(placement.projectId);
+    key = fillKey = placement.key;
+    projectId = placement.projectId;
+    areas = route.areas;
+  } else if (gate !== 'admin') {
     scope = caller.scope;
     key = fillKey = keyFor(route, scope);
   } else {
@@ -91,10 +121,12 @@ export function decide(
     fillKey = mayRead ? key : keyFor(route, caller.scope);
   }
   let origin: string | undefined;
+  let originPart = '';
   if (o.keyOnOrigin && headers.origin !== undefined) {
     origin = SERIALIZED_ORIGIN.test(headers.origin) ? headers.origin : undefined;
-    key += originSegment(origin);
-    fillKey += originSegment(origin);
+    originPart = originSegment(origin);
+    key += originPart;
+    fillKey += originPart;
   }
   // Most requests carry neither header: no regex for them.
   const cacheControl = headers['cache-control'];
@@ -110,6 +142,11 @@ export function decide(
   into.mayRead = mayRead;
   into.noCache = noCache;
   into.origin = origin;
+  // The caller's own key, for a member filled under their own token: the origin keyed as above.
+  into.ownKey = scope === caller.scope ? key : originPart === '' ? keyFor(route, caller.scope) : keyFor(route, caller.scope) + originPart;
+  into.projectId = projectId;
+  into.areas = areas;
+  into.unplaced = gate === 'project' && o.sharing === 'project' ? route.placedBy : undefined;
   return into;
 }
 
@@ -135,6 +172,20 @@ function originSegment(origin: string | undefined): string {
 }
 
 /**
+ * Where a project's answer is shared, made once per route: its project from the path, else from
+ * what the instance said of the resource the path names; none for `GET /projects` (many
+ * projects), nor while the project is unknown (the caller's own scope answers meanwhile).
+ */
+function placementOf(route: CacheableRoute, o: DecideOptions): Placement | undefined {
+  if (route.placement !== undefined) return route.placement;
+  const op = route.req.op;
+  if (op.pathIds.length === 0) return undefined;
+  const projectId = route.placedBy === undefined ? route.req.ids['project_id'] : o.projectOfResource(route.placedBy);
+  if (projectId === undefined) return undefined;
+  return (route.placement = { projectId, key: keyFor(route, projectScope(projectId)) });
+}
+
+/**
  * What gates an operation's answers. Every operation but the admin-only ones (users, roles,
  * groups: they name no project) and `GET /user` (the caller themself) reveals something of a
  * project.
@@ -154,7 +205,7 @@ export function lapsedKey(route: RouteInfo, lapsed: Caller | undefined): string 
   return keyFor(route, lapsed.scope);
 }
 
-/** The scope an entry's tags name its owner by (storable.ts): a user's own entry's; none for a shared one. */
+/** The scope an entry's tags name its owner by (storable.ts): a user's own entry's; none for a shared one (admin, project). */
 export function ownerOf(d: Decision): Scope | undefined {
-  return d.scope === ADMIN_SCOPE ? undefined : d.scope;
+  return d.gate === 'admin' || d.gate === 'member' ? undefined : d.scope;
 }

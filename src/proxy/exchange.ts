@@ -9,7 +9,7 @@
  * | req, res, start, requestId    | `Pipeline.handle`, at arrival                                |
  * | t, operation, userId          | the pipeline: the clock reading the answer is dated with, and what the record names |
  * | sharedTierSpent               | any Redis role this request waits on (budget.ts)             |
- * | canonical … noCache           | `decide` (decide.ts): the Decision                           |
+ * | canonical … areas             | `decide` (decide.ts): the Decision                           |
  * | upstreamMs                    | the fill this request leads (read-through.ts)                |
  * | sent, savedBy304              | the writer (writer.ts)                                       |
  * | upstream                      | the passthrough, for a forwarded request (app.ts)            |
@@ -49,6 +49,10 @@ export class Exchange implements Decision, RequestRecord, ForwardedRecord {
   mayRead = false;
   noCache = false;
   origin: string | undefined = undefined;
+  ownKey = '';
+  projectId = 0;
+  areas = 0;
+  unplaced: string | undefined = undefined;
 
   upstreamMs: number | undefined = undefined;
   sent = 0;

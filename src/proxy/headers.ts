@@ -9,7 +9,16 @@ import type { CacheOutcome } from '../cache/outcome.js';
 export const CACHE_NAME = 'tm-cache';
 
 /** The `Cache-Status` member for one outcome, e.g. `tm-cache; hit; ttl=12; detail=memory`. */
-export function cacheStatus(outcome: CacheOutcome, entry: CacheEntry | undefined, now: number): string {
+export function cacheStatus(outcome: CacheOutcome, entry: CacheEntry | undefined, now: number, shared?: SharedKey): string {
+  const line = cacheStatusOf(outcome, entry, now);
+  // Which scope answered, when it is a project's (`cache.sharing: project`): `key=project`.
+  return shared === undefined ? line : `${line}; key=${shared}`;
+}
+
+/** The shared scope a Cache-Status names (`key=project`); a user's own and the admin scope are not named, as before sharing by project. */
+export type SharedKey = 'project';
+
+function cacheStatusOf(outcome: CacheOutcome, entry: CacheEntry | undefined, now: number): string {
   const ttl = entry === undefined ? '' : `; ttl=${ttlSeconds(entry, now)}`;
   switch (outcome.kind) {
     case 'hit':

@@ -13,6 +13,18 @@
  *        ▼
  *   fill, or fill-from-instance when no entry another replica stored may answer it
  *
+ * A project's shared answer (gate `member`, `cache.sharing: project`) is read only with proof,
+ * three conditions checked before anything else, without I/O:
+ *
+ *   access to the project confirmed within access.projectConfirmMs ── no ─▶ confirm-access (held)
+ *        │                                                             └ nothing held ─▶ fill-own
+ *        ▼ a grant for every area the answer reveals, within access.grantTtlMs
+ *   no ── held, not looked up yet ─▶ find-grants (the shared store: another replica's grants)
+ *        └ otherwise ─▶ fill-own: under the caller's own token, coalesced with their own requests only
+ *
+ * The third, no refusal since, is kept by the grants and confirmations themselves: a refusal
+ * drops them on every replica (access-grants.ts).
+ *
  * Pure: it reads the callers' rate limits and project confirmations and changes nothing, so a
  * table of cases tests it (test/proxy/judge.test.ts). The common verdicts are constants: a hit
  * allocates nothing here.
@@ -20,6 +32,7 @@
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
 import type { TierName } from '../cache/tier.js';
 import { projectOf, type ProjectAccess } from './access-confirmation.js';
+import type { AreaGrants } from './access-grants.js';
 import type { Decision } from './decide.js';
 import type { RetryAfterGate } from './retry-after.js';
 
@@ -51,9 +64,17 @@ export type Verdict =
    * filled from the instance, whose answer is the confirmation; while the instance fails, the
    * held entry is served only as to any caller whose access could not be confirmed.
    */
-  | { readonly kind: 'fill-unconfirmed' };
+  | { readonly kind: 'fill-unconfirmed' }
+  /** A member's grants for the answer's areas are not held here: looked up in the shared store, then judged again. */
+  | { readonly kind: 'find-grants' }
+  /**
+   * A project's shared answer, and the caller without proof of access to it: filled under their
+   * own token, coalesced only with their own requests, answered by the instance. Its 200 earns
+   * the grant and refreshes the shared entry; a refusal is relayed.
+   */
+  | { readonly kind: 'fill-own' };
 
-export type FillVerdict = Extract<Verdict['kind'], 'fill' | 'fill-from-instance' | 'fill-unconfirmed'>;
+export type FillVerdict = Extract<Verdict['kind'], 'fill' | 'fill-from-instance' | 'fill-unconfirmed' | 'fill-own'>;
 
 /** Why the request is judged: each occasion changes what is checked again, or what a fill may accept. */
 export type Occasion =
@@ -64,12 +85,15 @@ export type Occasion =
   /** This request's access to the entry's project was just confirmed upstream: not checked again (with `access.projectConfirmMs: 0` it would never pass). */
   | 'access-confirmed'
   /** The instance did not confirm this request's access: nothing held is served, the instance answers. */
-  | 'access-refused';
+  | 'access-refused'
+  /** A member's access was confirmed (or just confirmed) and their grants looked up in the shared store: what is held now decides. */
+  | 'grants-looked-up';
 
-/** What the verdict reads besides the request and what it holds: callers' rate limits and project confirmations. */
+/** What the verdict reads besides the request and what it holds: callers' rate limits, project confirmations and area grants. */
 export interface Facts {
   readonly gate: Pick<RetryAfterGate, 'blockedMs'>;
   readonly projects: Pick<ProjectAccess, 'isConfirmed' | 'isConfirmedByFill'>;
+  readonly grants: Pick<AreaGrants, 'isGranted'>;
 }
 
 const FRESH: Verdict = Object.freeze({ kind: 'fresh' });
@@ -77,9 +101,14 @@ const STALE_WHILE_REVALIDATE: Verdict = Object.freeze({ kind: 'stale-while-reval
 const FILL: Verdict = Object.freeze({ kind: 'fill' });
 const FILL_FROM_INSTANCE: Verdict = Object.freeze({ kind: 'fill-from-instance' });
 const FILL_UNCONFIRMED: Verdict = Object.freeze({ kind: 'fill-unconfirmed' });
+const FIND_GRANTS: Verdict = Object.freeze({ kind: 'find-grants' });
+const FILL_OWN: Verdict = Object.freeze({ kind: 'fill-own' });
 
 export function judge(d: Decision, found: Found | undefined, now: number, facts: Facts, occasion: Occasion): Verdict {
-  if (found !== undefined && occasion !== 'access-confirmed' && needsConfirmation(d, found.entry, now, facts)) {
+  if (d.gate === 'member') {
+    const unproven = judgeProof(d, found, now, facts, occasion);
+    if (unproven !== undefined) return unproven;
+  } else if (found !== undefined && occasion !== 'access-confirmed' && needsConfirmation(d, found.entry, now, facts)) {
     // A rate-limited caller is not asked about upstream: unconfirmed, they get the 429, never the entry.
     const blockedMs = facts.gate.blockedMs(d.caller.userId, now);
     if (blockedMs > 0) return { kind: 'rate-limited', blockedMs, stale: undefined };
@@ -93,6 +122,30 @@ export function judge(d: Decision, found: Found | undefined, now: number, facts:
   const blockedMs = facts.gate.blockedMs(d.caller.userId, now);
   if (blockedMs > 0) return { kind: 'rate-limited', blockedMs, stale: found !== undefined && isUsableOnError(found.entry, now) ? found : undefined };
   return answeredByInstance(d, occasion) ? FILL_FROM_INSTANCE : FILL;
+}
+
+/**
+ * The three reading conditions of a project's shared answer: undefined when the caller may read
+ * it (then judged as any entry), else what proves them or answers without it. Two Map lookups
+ * and comparisons on the hit path.
+ */
+function judgeProof(d: Decision, found: Found | undefined, now: number, facts: Facts, occasion: Occasion): Verdict | undefined {
+  // Refused on its confirmation: the instance answers, under the caller's own token.
+  if (occasion === 'access-refused') return FILL_OWN;
+  const userId = d.caller.userId;
+  const confirmed = occasion === 'access-confirmed' || occasion === 'grants-looked-up' || facts.projects.isConfirmed(userId, d.projectId, now);
+  const granted = confirmed && facts.grants.isGranted(userId, d.projectId, d.areas, now);
+  if (granted) return undefined;
+  if (found !== undefined && !confirmed) {
+    const blockedMs = facts.gate.blockedMs(userId, now);
+    if (blockedMs > 0) return { kind: 'rate-limited', blockedMs, stale: undefined };
+    return { kind: 'confirm-access', projectId: d.projectId };
+  }
+  if (found !== undefined && occasion !== 'grants-looked-up') return FIND_GRANTS;
+  // Nothing held, or no grant anywhere: the caller's own fill is their proof.
+  const blockedMs = facts.gate.blockedMs(userId, now);
+  if (blockedMs > 0) return { kind: 'rate-limited', blockedMs, stale: undefined };
+  return FILL_OWN;
 }
 
 /**

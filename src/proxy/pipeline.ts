@@ -30,7 +30,7 @@ import type { CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import { pathOf, type ForwardKind, type Recorder } from '../ops/recorder.js';
 import { toUpstreamError } from '../upstream/client.js';
-import { decide, lapsedKey } from './decide.js';
+import { decide, lapsedKey, type DecideOptions } from './decide.js';
 import { waitsForGzipVariant } from './encoding.js';
 import { carry, Exchange } from './exchange.js';
 import { cacheStatus } from './headers.js';
@@ -68,6 +68,9 @@ export interface PipelineOptions {
   readonly honorNoCache: boolean;
   /** Entries keep the instance's Access-Control-Allow-Origin: a browser's Origin is part of their key (decide.ts). */
   readonly keyOnOrigin: boolean;
+  /** `cache.sharing`, and what the instance said of resources' projects (decide.ts). */
+  readonly sharing: DecideOptions['sharing'];
+  readonly projectOfResource: DecideOptions['projectOfResource'];
   /** `cache.strict`: an unknown parameter is a local 422 instead of an uncached forward. */
   readonly strict: boolean;
   readonly now: () => number;
@@ -79,12 +82,18 @@ export interface PipelineOptions {
 export class Pipeline {
   readonly #o: PipelineOptions;
   readonly #recorder: Recorder;
-  readonly #decideOptions: Parameters<typeof decide>[5];
+  readonly #decideOptions: DecideOptions;
 
   constructor(options: PipelineOptions, private readonly forward: Handler) {
     this.#o = options;
     this.#recorder = options.recorder;
-    this.#decideOptions = { honorNoCache: options.honorNoCache, keyOnOrigin: options.keyOnOrigin, isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t) };
+    this.#decideOptions = {
+      honorNoCache: options.honorNoCache,
+      keyOnOrigin: options.keyOnOrigin,
+      isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t),
+      sharing: options.sharing,
+      projectOfResource: options.projectOfResource,
+    };
   }
 
   /** One request: its exchange (exchange.ts) is made here, and every stage fills its own field of it. */

@@ -8,7 +8,8 @@
  *   confirm-access (access-confirmation.ts, async) ── confirmed ─▶ judged again
  *        └ refused ─▶ the user's entries of the project dropped; judged again with nothing held
  *   rate-limited (retry-after.ts) ─▶ stale if usable, else 429 with the remaining wait
- *   fill │ fill-from-instance │ fill-unconfirmed
+ *   find-grants (access-grants.ts, the shared store) ─▶ judged again
+ *   fill │ fill-from-instance │ fill-unconfirmed │ fill-own (a member without proof: own token, own coalescing)
  *        ▼ (fill.ts: coalesced per key, and across replicas through a short lock)
  *        ├ an entry another replica stored since the look-up ─▶ judged again, as a Redis hit
  *        ├ JSON 200 ─▶ stored (storable.ts), answered
@@ -33,6 +34,7 @@ import { answerFailure, classifyAnswer } from '../upstream/answer.js';
 import { UPSTREAM_HEADERS, toUpstreamError, type BudgetPriority, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './access.js';
 import { projectOf, type ProjectAccess } from './access-confirmation.js';
+import type { AreaGrants } from './access-grants.js';
 import { ownerOf, type Decision } from './decide.js';
 import { judge, type FillVerdict, type Found, type Occasion } from './judge.js';
 import type { RetryAfterGate } from './retry-after.js';
@@ -50,9 +52,10 @@ export interface ReadCache extends FillStore {
 
 /**
  * Whether the caller's access to what a held entry reveals is confirmed. An unconfirmed caller is
- * never served it stale for a rate limit, and for a failure only as `#unconfirmedOnFailure` allows.
+ * never served it stale for a rate limit, and for a failure only as `#unconfirmedOnFailure` allows;
+ * an unproven one (a project's shared answer, without a grant) never.
  */
-type Standing = 'confirmed' | 'unconfirmed';
+type Standing = 'confirmed' | 'unconfirmed' | 'unproven';
 
 /** What a fill hands back when it stored nothing: the upstream answer, and whose credential got it. */
 interface Unstored {
@@ -67,6 +70,12 @@ export interface ReadThroughOptions {
   readonly access: AccessRules;
   /** Per user and project, access confirmed within `access.projectConfirmMs`. */
   readonly projects: ProjectAccess;
+  /** Per user, project and area, grants within `access.grantTtlMs` (`cache.sharing: project`). */
+  readonly grants: AreaGrants;
+  /** What sharing by project did, for the metrics and the status page. */
+  readonly sharing?: SharingEvents | undefined;
+  /** Asks the shared store once for the project of a resource whose answers are not placed yet (`cache.sharing: project`). */
+  readonly placeFromShared?: ((tag: string, budget: SharedTierBudget) => Promise<void>) | undefined;
   /** `identity.staleOnOutage`: may a caller whose confirmation lapsed be served stale while the instance fails? */
   readonly staleOnOutage: boolean;
   readonly gate: RetryAfterGate;
@@ -83,6 +92,16 @@ export interface ReadThroughOptions {
    */
   readonly refreshAheadStartAt?: number | undefined;
   readonly mayRefreshAhead?: (() => boolean) | undefined;
+}
+
+/** What sharing by project did (ops/metrics.ts). */
+export interface SharingEvents {
+  /** A fresh hit on a project's shared entry; `entry` tells apart the members it served. */
+  sharedHit(userId: number, entry: CacheEntry): void;
+  /** A member without a grant filled under their own token. */
+  grantFill(): void;
+  /** A shared entry stored by a fill: `userId`'s credential got it. */
+  stored(userId: number, entry: CacheEntry): void;
 }
 
 export class ReadThrough {
@@ -123,6 +142,7 @@ export class ReadThrough {
         // Refresh-ahead: one comparison on the common hit, no allocation (entry.ts isDueForRefreshAhead).
         const startAt = this.o.refreshAheadStartAt;
         if (startAt !== undefined && isDueForRefreshAhead(found!.entry, now, startAt)) this.#refreshAhead(d, found!.entry);
+        if (d.gate === 'member') this.o.sharing?.sharedHit(d.caller.userId, found!.entry);
         return { kind: 'entry', entry: found!.entry, outcome: HIT[found!.tier] };
       }
       case 'stale-while-revalidate':
@@ -133,9 +153,15 @@ export class ReadThrough {
         return this.#confirmThenServe(d, found!, verdict.projectId);
       case 'rate-limited':
         return whileRateLimited(verdict.stale, verdict.blockedMs);
+      case 'find-grants':
+        return this.#findGrantsThenServe(d, found!);
+      case 'fill-own':
+        this.o.sharing?.grantFill();
+        return this.#fillAndServe(d, found, now, verdict.kind);
       case 'fill':
       case 'fill-from-instance':
       case 'fill-unconfirmed':
+        if (d.unplaced !== undefined && this.o.placeFromShared !== undefined) return this.#placeThenFill(d, found, now, verdict.kind);
         return this.#fillAndServe(d, found, now, verdict.kind);
     }
   }
@@ -164,9 +190,25 @@ export class ReadThrough {
     if (toUpstreamError(err).code !== 'budget-spent') this.o.onBackgroundError(err, key);
   }
 
+  /** A member's grants this replica lacks, looked up in the shared store (another replica earned them); then judged again. */
+  async #findGrantsThenServe(d: Decision, found: Found): Promise<Served> {
+    await this.o.grants.fetchShared(d.caller.userId, d.projectId, d.areas, d);
+    return this.#act(d, found, this.o.now(), 'grants-looked-up');
+  }
+
+  /**
+   * A miss of an answer whose project is not known here yet: the shared store is asked once
+   * whether another replica learned it (the next request is then placed in the project's
+   * scope); this one is filled in the caller's own scope, as in `user` mode.
+   */
+  async #placeThenFill(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
+    await this.o.placeFromShared!(d.unplaced!, d);
+    return this.#fillAndServe(d, found, now, how);
+  }
+
   /** A fill, as the verdict named it (judge.ts): whether another replica's entry may answer it, whether the caller's access is confirmed. */
   async #fillAndServe(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
-    const standing: Standing = how === 'fill-unconfirmed' ? 'unconfirmed' : 'confirmed';
+    const standing: Standing = how === 'fill-own' ? 'unproven' : how === 'fill-unconfirmed' ? 'unconfirmed' : 'confirmed';
     const job = this.#job(d, how);
     const run = this.#filler.run(job);
     let result: FillResult<Unstored>;
@@ -174,6 +216,7 @@ export class ReadThrough {
       result = await this.#resultFor(d, job, run);
     } catch (err) {
       const failure = toUpstreamError(err);
+      if (standing === 'unproven') return upstreamFailure(failure);
       if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now);
       // The fleet's budget is spent: stale within stale-if-error, marked `detail=budget`; else a 429 (served.ts).
       if (failure.code === 'budget-spent' && found !== undefined && isUsableOnError(found.entry, now)) return staleForBudget(found);
@@ -209,7 +252,8 @@ export class ReadThrough {
     }
     if (result.kind === 'other' && result.value.credentialId !== d.caller.credentialId) {
       const status = result.value.response.status;
-      if (status === 401 || status === 403) return this.#filler.runAlone(job);
+      // A project's shared answer refused to another member (404: they lost the project) says nothing of this one.
+      if (status === 401 || status === 403 || (status === 404 && d.gate === 'member')) return this.#filler.runAlone(job);
     }
     return result;
   }
@@ -219,7 +263,11 @@ export class ReadThrough {
     const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId, d);
     const now = this.o.now();
     if (confirmation.kind === 'confirmed') return this.#act(d, found, now, 'access-confirmed');
-    if (confirmation.kind === 'failed') return this.#unconfirmedOnFailure(found, confirmation.error, now);
+    if (confirmation.kind === 'failed') {
+      // A project's shared answer, while the instance fails: only to a member who holds grants for it.
+      if (d.gate === 'member' && !this.o.grants.isGranted(d.caller.userId, d.projectId, d.areas, now)) return upstreamFailure(confirmation.error);
+      return this.#unconfirmedOnFailure(found, confirmation.error, now);
+    }
     const res = confirmation.response;
     if (res.status === 429) this.o.gate.block(d.caller.userId, res.headers['retry-after'], now);
     this.o.access.afterConfirmation(answeredRequest(d), projectId, res.status);
@@ -246,10 +294,12 @@ export class ReadThrough {
   #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client'): FillJob<Unstored> {
     const access = this.o.access;
     const answered = answeredRequest(d);
+    // A member without proof coalesces only with their own requests, and never waits on another replica's fill.
+    const own = how === 'fill-own';
     return {
       key: d.key,
-      fillKey: d.fillKey,
-      shareable: d.mayRead,
+      fillKey: own ? d.ownKey : d.fillKey,
+      shareable: d.mayRead && !own,
       acceptStored: how === 'fill',
       budget: d,
       fetch: async (): Promise<Fetched<Unstored>> => {
@@ -265,8 +315,12 @@ export class ReadThrough {
         if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };
         const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d));
         // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
-        const projectId = d.gate === 'project' ? projectOf(entry) : undefined;
+        const projectId = d.gate === 'member' ? d.projectId : d.gate === 'project' ? projectOf(entry) : undefined;
         if (projectId !== undefined) this.o.projects.renew(d.caller.userId, projectId, askedAt, d);
+        // And of the operation's area, under their own credential: the grant (access-grants.ts).
+        const area = d.canonical.op.area;
+        if (d.gate === 'member' && area !== null) this.o.grants.earn(d.caller.userId, d.projectId, area, askedAt, d);
+        if (d.gate === 'member') this.o.sharing?.stored(d.caller.userId, entry);
         return { kind: 'entry', entry };
       },
     };
@@ -283,6 +337,7 @@ export class ReadThrough {
     }
     const failure = answerFailure(res);
     if (failure !== undefined) {
+      if (standing === 'unproven') return upstreamFailure(failure, status);
       if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now, status);
       if (stale) return staleOnError(stale, status);
       return upstreamFailure(failure, status);
@@ -301,7 +356,7 @@ export function isInstanceFailure(err: UpstreamError): boolean {
 }
 
 function answeredRequest(d: Decision): AnsweredRequest {
-  return { key: d.key, mayRead: d.mayRead, gate: d.gate, caller: d.caller, authorization: d.authorization };
+  return { key: d.key, mayRead: d.mayRead, gate: d.gate, caller: d.caller, authorization: d.authorization, projectId: d.projectId };
 }
 
 function staleOnError(found: Found, upstreamStatus?: number): Served {

@@ -12,6 +12,8 @@ import { matchRoute } from '../api/route.js';
 import { normalizeRequest, type CanonicalRequest } from '../api/normalize.js';
 import { ValidationError } from '../api/errors.js';
 import { makeKey, makeKeySuffix, type Scope } from '../cache/key.js';
+import { resourceOfIdParam } from '../api/catalogue.js';
+import { areaMask } from './access-grants.js';
 import { BoundedMemo, type MemoStats } from './bounded-memo.js';
 
 export type RouteInfo =
@@ -30,7 +32,22 @@ export type RouteInfo =
        * time (V8 keeps its hash), instead of concatenating and hashing a new one per request.
        */
       readonly keys: Map<string, string>;
+      /** The areas of a project its answer reveals (access-grants.ts `areaMask`). */
+      readonly areas: number;
+      /**
+       * The resource its path names whose project the path does not (`run:7` for a run's results),
+       * looked up in what the instance told tm-cache; undefined when the path names the project.
+       */
+      readonly placedBy: string | undefined;
+      /** The project's scope and key, once the project is known (`cache.sharing: project`; decide.ts). */
+      placement: Placement | undefined;
     };
+
+/** Where a project's answer is shared: the project, its scope (`p:4`) and the route's key in it. Made once per route. */
+export interface Placement {
+  readonly projectId: number;
+  readonly key: string;
+}
 
 export type CacheableRoute = Extract<RouteInfo, { kind: 'cacheable' }>;
 
@@ -44,11 +61,18 @@ export function resolveRoute(url: string): RouteInfo {
     if (match === undefined) return PASSTHROUGH;
     const req = normalizeRequest(match.op, match.ids, q < 0 ? '' : url.slice(q + 1));
     if (req.unknown.length > 0) return { kind: 'bypass', unknown: req.unknown };
-    return { kind: 'cacheable', req, suffix: makeKeySuffix(req), keys: new Map() };
+    return { kind: 'cacheable', req, suffix: makeKeySuffix(req), keys: new Map(), areas: areaMask(req), placedBy: placedBy(req), placement: undefined };
   } catch (err) {
     if (err instanceof ValidationError) return { kind: 'invalid', error: err };
     throw err;
   }
+}
+
+/** The resource tag (`run:7`) a route's project is learned by, when its path names no project. */
+function placedBy(req: CanonicalRequest): string | undefined {
+  if (req.op.pathIds.length !== 1 || req.op.pathIds[0] === 'project_id') return undefined;
+  const name = req.op.pathIds[0]!;
+  return `${resourceOfIdParam(name)}:${req.ids[name]!}`;
 }
 
 /** The cache key of a cacheable route for a scope (`u:42`, `admin`). */

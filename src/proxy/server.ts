@@ -122,6 +122,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     now,
     recorder,
     onIdentityLookup: (result) => metrics.identityLookup(result),
+    sharing: metrics.sharing,
     onPassthroughAnswer: (status, error) => health.record(status, error),
     tls: certificates?.serverOptions('proxy'),
     budget,

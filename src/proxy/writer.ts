@@ -20,7 +20,8 @@ import { makeErrorBody } from '../api/errors.js';
 import { ageSeconds, readBody, ttlSeconds, type CacheEntry } from '../cache/entry.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import { acceptsGzip, representationHeaders, type Representation } from './encoding.js';
-import { cacheStatus, matchesIfNoneMatch } from './headers.js';
+import type { EntryGate } from './decide.js';
+import { cacheStatus, matchesIfNoneMatch, type SharedKey } from './headers.js';
 import { localAnswer, relayedHeaders, type Served } from './served.js';
 
 /** The request's exchange as the writer sees it: what it answers, and where it says what it wrote. */
@@ -33,6 +34,8 @@ export interface Reply {
   /** Body bytes sent, and body bytes not sent thanks to a 304: filled here. */
   sent: number;
   savedBy304: number;
+  /** What gates the answer (decide.ts), once decided: a project's shared answer says so in its Cache-Status. */
+  readonly gate: EntryGate | undefined;
 }
 
 /** Writes `served` as the answer to the exchange's request. */
@@ -42,12 +45,12 @@ export function writeServed(x: Reply, served: Served): void {
       return writeEntry(x, served.entry, served.outcome);
     case 'relay': {
       const head = relayedHeaders(served.response);
-      head['cache-status'] = cacheStatus(served.outcome, undefined, x.t);
+      head['cache-status'] = cacheStatus(served.outcome, undefined, x.t, sharedKeyOf(x));
       return writeBytes(x, served.response.status, head, served.response.body);
     }
     case 'local': {
       const head: Record<string, string> = { ...served.headers, 'content-type': 'application/json; charset=utf-8' };
-      head['cache-status'] = cacheStatus(served.outcome, undefined, x.t);
+      head['cache-status'] = cacheStatus(served.outcome, undefined, x.t, sharedKeyOf(x));
       return writeBytes(x, served.status, head, Buffer.from(JSON.stringify(served.body)));
     }
   }
@@ -65,7 +68,7 @@ function writeEntry(x: Reply, entry: CacheEntry, outcome: CacheOutcome): void {
   const etag = gzip ? entry.gzipEtag! : entry.etag;
   const ifNoneMatch = req.headers['if-none-match'];
   if (ifNoneMatch !== undefined && matchesIfNoneMatch(ifNoneMatch, etag)) {
-    const head = buildHead(entry, { body, etag, gzip }, outcome, t, true);
+    const head = buildHead(entry, { body, etag, gzip }, outcome, t, true, sharedKeyOf(x));
     head.push('x-request-id', requestId);
     res.writeHead(304, head);
     res.end();
@@ -75,10 +78,10 @@ function writeEntry(x: Reply, entry: CacheEntry, outcome: CacheOutcome): void {
   }
   let head: string[];
   if (outcome.kind === 'hit' && outcome.tier === 'memory') {
-    head = memoryHitHead(entry, gzip, body, outcome, t);
+    head = memoryHitHead(entry, gzip, body, outcome, t, sharedKeyOf(x));
     head[head.length - 1] = requestId;
   } else {
-    head = buildHead(entry, { body, etag, gzip }, outcome, t, false);
+    head = buildHead(entry, { body, etag, gzip }, outcome, t, false, sharedKeyOf(x));
     head.push('x-request-id', requestId);
   }
   res.writeHead(entry.status, head);
@@ -113,18 +116,23 @@ interface HeadCache {
 
 const heads = new WeakMap<CacheEntry, HeadCache>();
 
-function memoryHitHead(entry: CacheEntry, gzip: boolean, body: Buffer, outcome: CacheOutcome, t: number): string[] {
+/** `project` for a project's shared answer: an entry is stored under one key, so its cached head (below) always says the same. */
+function sharedKeyOf(x: Reply): SharedKey | undefined {
+  return x.gate === 'member' ? 'project' : undefined;
+}
+
+function memoryHitHead(entry: CacheEntry, gzip: boolean, body: Buffer, outcome: CacheOutcome, t: number, shared: SharedKey | undefined): string[] {
   const age = ageSeconds(entry, t);
   const ttl = ttlSeconds(entry, t);
   let cached = heads.get(entry);
   if (cached === undefined || cached.age !== age || cached.ttl !== ttl) heads.set(entry, (cached = { age, ttl }));
   // The last slot is the request id's value, written by the caller before each writeHead.
-  if (gzip) return (cached.gzip ??= [...buildHead(entry, { body, etag: entry.gzipEtag!, gzip }, outcome, t, false), 'x-request-id', '']);
-  return (cached.identity ??= [...buildHead(entry, { body, etag: entry.etag, gzip }, outcome, t, false), 'x-request-id', '']);
+  if (gzip) return (cached.gzip ??= [...buildHead(entry, { body, etag: entry.gzipEtag!, gzip }, outcome, t, false, shared), 'x-request-id', '']);
+  return (cached.identity ??= [...buildHead(entry, { body, etag: entry.etag, gzip }, outcome, t, false, shared), 'x-request-id', '']);
 }
 
-function buildHead(entry: CacheEntry, rep: Representation, outcome: CacheOutcome, t: number, notModified: boolean): string[] {
+function buildHead(entry: CacheEntry, rep: Representation, outcome: CacheOutcome, t: number, notModified: boolean, shared: SharedKey | undefined): string[] {
   const out = representationHeaders(entry, rep, notModified);
-  out.push('age', String(ageSeconds(entry, t)), 'cache-status', cacheStatus(outcome, entry, t));
+  out.push('age', String(ageSeconds(entry, t)), 'cache-status', cacheStatus(outcome, entry, t, shared));
   return out;
 }

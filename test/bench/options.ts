@@ -33,6 +33,8 @@ const KNOBS = {
   'capacity-stale': { env: 'BENCH_CAPACITY_STALE', kind: 'number', help: 'capacity: distinct stale lists' },
   'dash-scale': { env: 'BENCH_DASH_SCALE', kind: 'number', help: 'dashboards: every clock × this' },
   'dash-periods': { env: 'BENCH_DASH_PERIODS', kind: 'number', help: 'dashboards: freshness periods measured after the warm-up' },
+  'team-scale': { env: 'BENCH_TEAM_SCALE', kind: 'number', help: 'team-dashboards: every clock × this' },
+  'team-periods': { env: 'BENCH_TEAM_PERIODS', kind: 'number', help: 'team-dashboards: freshness periods measured after the warm-up' },
   misses: { env: 'BENCH_MISSES', kind: 'number', help: 'ab:hit, ab:miss: distinct cold questions per server' },
   'miss-warmup': { env: 'BENCH_WARMUP', kind: 'number', help: 'ab:miss: cold questions per server before the measured ones' },
   base: { env: 'BENCH_AB_BASE', kind: 'string', help: 'ab:*: another checkout, built (dist/cli.js), to compare this one with' },

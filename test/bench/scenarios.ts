@@ -24,6 +24,7 @@ import { runCapacityScenario } from './scenario-capacity.js';
 import { runCiBurstScenario } from './scenario-ci-burst.js';
 import { runDashboardsScenario } from './scenario-dashboards.js';
 import { runFleetBudgetScenario, runFleetLearnScenario, runFleetRefreshAheadScenario } from './scenario-fleet.js';
+import { runTeamDashboardsScenario } from './scenario-team-dashboards.js';
 import { runEmulatorScenario } from './scenario-emulator.js';
 import { runHitScenario } from './scenario-hit.js';
 import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
@@ -127,6 +128,15 @@ const SUITE: Scenario[] = [
     build: true,
     run: (ctx) =>
       runDashboardsScenario(ctx.dir, { dashboards: 50, usersPerDashboard: 4, scale: ctx.options.number('dash-scale', 0.2), periods: ctx.options.number('dash-periods', 3, 1), conditionalShare: 0.5 }),
+  },
+  {
+    name: 'team-dashboards',
+    about: 'one team of 2, 5, 10 members polling the same 12 panels with their own tokens, cache.sharing user vs project, time compressed (--team-scale): upstream per freshness period against the floor, offload, delay until a change shows',
+    suite: false,
+    needs: [],
+    build: true,
+    run: (ctx) =>
+      runTeamDashboardsScenario(ctx.dir, { teams: [2, 5, 10], scale: ctx.options.number('team-scale', 0.2), periods: ctx.options.number('team-periods', 3, 1) }),
   },
   {
     name: 'capacity',

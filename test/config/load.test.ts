@@ -201,7 +201,7 @@ describe('the --config file', () => {
 
 describe('unknown settings and flags', () => {
   it.each([
-    ['cache:\n  memroy:\n    maxBytes: 1\n', 'unknown setting cache.memroy', 'allowed at cache: strict, honorClientNoCache'],
+    ['cache:\n  memroy:\n    maxBytes: 1\n', 'unknown setting cache.memroy', 'allowed at cache: sharing, strict, honorClientNoCache'],
     ['upstrem:\n  url: https://x\n', 'unknown setting upstrem', 'allowed at top level: upstream, server, identity, access, log, admin, health, cache'],
     ['server:\n  managment_port: 1\n', 'unknown setting server.managment_port', 'managementPort'],
     ['cache:\n  freshness:\n    byResource:\n      runs: { ttlMs: 1 }\n', 'unknown key cache.freshness.byResource.runs', 'resource names: automation_source'],
@@ -259,6 +259,7 @@ describe('environment variables and flags', () => {
     { setting: 'identity.ttlMs', env: 'TM_CACHE_IDENTITY_TTL_MS', raw: '5000', value: 5000 },
     { setting: 'identity.hmacSecret', env: 'TM_CACHE_HMAC_SECRET', raw: HMAC, value: HMAC },
     { setting: 'log.access', env: 'TM_CACHE_LOG_ACCESS', raw: 'errors', value: 'errors' },
+    { setting: 'cache.sharing', env: 'TM_CACHE_SHARING', raw: 'project', value: 'project' },
     { setting: 'admin.token', env: 'TM_CACHE_ADMIN_TOKEN', raw: 'an-admin-token-of-24-chars', value: 'an-admin-token-of-24-chars' },
     { setting: 'admin.viewerToken', env: 'TM_CACHE_ADMIN_VIEWER_TOKEN', raw: 'a-viewer-token-of-24-char', value: 'a-viewer-token-of-24-char',
       with: { TM_CACHE_ADMIN_TOKEN: 'an-admin-token-of-24-chars' } },

@@ -17,10 +17,10 @@ const CONFIRM_MS = 60_000;
 
 const caller: Caller = { userId: 7, scope: 'u:7', credentialId: 'cred-7', verifiedUntil: T0 + 60_000, adminUntil: T0 + 60_000 };
 
-function decided(url: string, headers: Record<string, string> = {}): Decision {
+function decided(url: string, headers: Record<string, string> = {}, sharing: 'user' | 'project' = 'user'): Decision {
   const route = resolveRoute(url);
   if (route.kind !== 'cacheable') throw new Error(`${url} is ${route.kind}`);
-  return decide(route, caller, 'Bearer t', headers, T0, { honorNoCache: true, isVerifiedAdmin: (c, t) => t < c.adminUntil }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
+  return decide(route, caller, 'Bearer t', headers, T0, { honorNoCache: true, isVerifiedAdmin: (c, t) => t < c.adminUntil, sharing, projectOfResource: () => undefined }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
 }
 
 /** The fixture's entries live 60 s fresh, 120 s within stale-while-revalidate, 300 s within stale-if-error. */
@@ -43,18 +43,22 @@ interface Case {
   readonly confirmed: boolean;
   readonly blockedMs?: number;
   readonly occasion?: Occasion;
+  /** `cache.sharing: project`: does caller 7 hold grants for the answer's areas? */
+  readonly granted?: boolean;
 }
 
 function facts(c: Case): Facts {
   return {
     gate: { blockedMs: () => c.blockedMs ?? 0 },
     projects: { isConfirmed: (userId, projectId) => c.confirmed && userId === 7 && projectId === 5, isConfirmedByFill: (storedAt, now) => now < storedAt + CONFIRM_MS },
+    grants: { isGranted: (userId, projectId, mask) => mask === 0 || ((c.granted ?? true) && userId === 7 && projectId === 5) },
   };
 }
 
 function verdictFor(c: Case): Verdict {
   const found: Found | undefined = c.ageMs === undefined ? undefined : { entry: makeEntry(T0 - c.ageMs, { tags: [...(c.tags ?? OF_PROJECT)] }), tier: 'memory' };
-  return judge(decided(c.url, c.headers), found, T0, facts(c), c.occasion ?? 'lookup');
+  const sharing = c.granted === undefined ? 'user' : 'project';
+  return judge(decided(c.url, c.headers, sharing), found, T0, facts(c), c.occasion ?? 'lookup');
 }
 
 describe('judge', () => {
@@ -95,6 +99,23 @@ describe('judge', () => {
     const verdict = verdictFor(c);
     expect(verdict).toMatchObject({ kind: 'rate-limited', blockedMs: 5_000 });
     expect(verdict.kind === 'rate-limited' ? verdict.stale?.tier : 'not rate-limited').toBe(staleTier);
+  });
+
+  it.each<[string, Case, Verdict['kind']]>([
+    ['a fresh shared entry, confirmed and granted', { url: RUNS, ageMs: 0, confirmed: true, granted: true }, 'fresh'],
+    ['a fresh shared entry, confirmed, no grant held here', { url: RUNS, ageMs: 0, confirmed: true, granted: false }, 'find-grants'],
+    ['a fresh shared entry, no grant here nor in the shared store', { url: RUNS, ageMs: 0, confirmed: true, granted: false, occasion: 'grants-looked-up' }, 'fill-own'],
+    ['a fresh shared entry, granted, access lapsed', { url: RUNS, ageMs: 0, confirmed: false, granted: true }, 'confirm-access'],
+    ['a fresh shared entry, access just confirmed, granted', { url: RUNS, ageMs: 0, confirmed: false, granted: true, occasion: 'access-confirmed' }, 'fresh'],
+    ['a fresh shared entry, access just confirmed, no grant', { url: RUNS, ageMs: 0, confirmed: false, granted: false, occasion: 'access-confirmed' }, 'find-grants'],
+    ['a shared entry, access refused', { url: RUNS, ageMs: undefined, confirmed: false, granted: true, occasion: 'access-refused' }, 'fill-own'],
+    ['nothing held, proven: coalesced with the members', { url: RUNS, ageMs: undefined, confirmed: true, granted: true }, 'fill'],
+    ['nothing held, not confirmed: filled under their own token', { url: RUNS, ageMs: undefined, confirmed: false, granted: true }, 'fill-own'],
+    ['nothing held, no grant: filled under their own token', { url: RUNS, ageMs: undefined, confirmed: true, granted: false }, 'fill-own'],
+    ['a shared entry, access lapsed, rate-limited: never the entry', { url: RUNS, ageMs: 0, confirmed: false, granted: true, blockedMs: 5_000 }, 'rate-limited'],
+    ['a project answer needing only the confirmation', { url: '/api/v1/projects/5', ageMs: 0, confirmed: true, granted: false }, 'fresh'],
+  ])('cache.sharing: project, %s: %s', (_name, c, kind) => {
+    expect(verdictFor(c).kind).toBe(kind);
   });
 
   it("names the project to confirm: the entry's", () => {

@@ -12,6 +12,7 @@ import { FreshnessPolicy } from '../../src/cache/policy.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 import { AccessRules, type AccessTargets } from '../../src/proxy/access.js';
 import { ProjectAccess } from '../../src/proxy/access-confirmation.js';
+import { AreaGrants } from '../../src/proxy/access-grants.js';
 import { decide, lapsedKey, type Decision } from '../../src/proxy/decide.js';
 import { Exchange } from '../../src/proxy/exchange.js';
 import type { Caller } from '../../src/proxy/identity.js';
@@ -36,7 +37,7 @@ function route(url: string): CacheableRoute {
 
 const isAdmin = (c: Caller, t: number) => t < c.adminUntil;
 const decideFor = (url: string, c: Caller, headers: Record<string, string> = {}, honorNoCache = true): Decision =>
-  decide(route(url), c, 'Bearer t', headers, T0, { honorNoCache, isVerifiedAdmin: isAdmin }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
+  decide(route(url), c, 'Bearer t', headers, T0, { honorNoCache, isVerifiedAdmin: isAdmin, sharing: 'user', projectOfResource: () => undefined }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
 
 describe('decide', () => {
   it("keys a member's question in their own scope, readable and filled under one key", () => {
@@ -88,10 +89,11 @@ describe('AccessRules', () => {
       forget: (a) => void log.push(`forget ${a}`),
       deleteEntry: (k) => void log.push(`delete ${k}`),
       dropUserProject: (c, p) => void log.push(`drop ${c.userId} ${p}`),
+      refuseMember: (c, p) => void log.push(`refuse ${c.userId} ${p}`),
     };
     return { log, rules: new AccessRules(targets) };
   }
-  const request = (adminOnly: boolean, mayRead: boolean) => ({ key: 'K', mayRead, gate: adminOnly ? ('admin' as const) : ('project' as const), caller: caller(3), authorization: 'A' });
+  const request = (adminOnly: boolean, mayRead: boolean) => ({ key: 'K', mayRead, gate: adminOnly ? ('admin' as const) : ('project' as const), caller: caller(3), authorization: 'A', projectId: 0 });
 
   it.each([
     [200, true, true, ['markAdmin 3']],
@@ -183,7 +185,7 @@ function confirmedProjects(upstream: Upstream, clock: { t: number }): ProjectAcc
   return projects;
 }
 
-function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number }, access = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry: (k) => void cache.delete(k), dropUserProject() {} }), lock?: FillLock) {
+function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number }, access = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry: (k) => void cache.delete(k), dropUserProject() {}, refuseMember() {} }), lock?: FillLock) {
   return new ReadThrough({
     cache,
     lock,
@@ -191,6 +193,7 @@ function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number },
     policy: new FreshnessPolicy(DEFAULT_CONFIG.cache.freshness, DEFAULT_CONFIG.cache.staleIfErrorMs),
     access,
     projects: confirmedProjects(upstream, clock),
+    grants: new AreaGrants({ ttlMs: 300_000, now: () => clock.t }),
     staleOnOutage: true,
     gate: new RetryAfterGate(60_000, 600_000),
     lockTtlMs: 1_000,
@@ -280,7 +283,7 @@ describe('ReadThrough over a fake cache and a fake upstream', () => {
     };
     const noAccess = json(404, makeErrorBody('No such project.'));
     const { upstream, paths } = fakeUpstream(() => noAccess);
-    const noAccessRules = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry() {}, dropUserProject() {} });
+    const noAccessRules = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry() {}, dropUserProject() {}, refuseMember() {} });
     // Caller 7's access to project 5 (the entry's) is confirmed: a hit, nothing asked upstream.
     const confirmed = await readThrough(fakeCache().cache, upstream, { t: T0 }, noAccessRules, lock).serve(decideFor(url, caller(7)), T0);
     expect(confirmed).toMatchObject({ kind: 'entry', entry: theirs, outcome: { kind: 'hit', tier: 'redis' } });

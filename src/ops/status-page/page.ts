@@ -66,6 +66,8 @@
       budget?: { mode?: string; rateRps?: number; pausedMs?: number; deferredToStale?: number; refused?: number } | null;
     };
     bytes?: { sent?: number; savedBy304?: number };
+    /** cache.sharing: project: upstream requests saved by members reading each other's answers. */
+    sharing?: { sharedHits?: number; grantFills?: number; savedRequests?: number };
     memory?: { entries?: number; bytes?: number; maxBytes?: number; evictions?: number };
     redis?: { configured?: boolean; status?: string; detail?: string | null; errors?: number };
     /** The rows, and what they leave out (`other*`): rows and rest add up to the cards' totals. */
@@ -401,6 +403,10 @@
     setStat('upstream.avoided', count(up.avoided), up.avoided);
     setStat('bytes.sent', bytes(b.sent), b.sent);
     setStat('bytes.savedBy304', bytes(b.savedBy304), b.savedBy304);
+    const sh = s.sharing || {};
+    setStat('sharing.savedRequests', count(sh.savedRequests), sh.savedRequests);
+    setStat('sharing.sharedHits', count(sh.sharedHits), sh.sharedHits);
+    setStat('sharing.grantFills', count(sh.grantFills), sh.grantFills);
 
     const r = rates(s);
     const rateEl = stat('rate.total');

@@ -1,0 +1,259 @@
+/**
+ * `cache.sharing: project`: a project's answers are stored once for the project, and a caller
+ * reads them only with proof, three conditions: access to the project confirmed within
+ * access.projectConfirmMs, a grant for every area the answer reveals within access.grantTtlMs
+ * (earned by a 200 to that same user for an operation of the area), and no refusal since.
+ * Real HTTP, the real emulator, a private redis-server, two replicas, one fake clock.
+ */
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { getOperation, makePath, type OperationId } from '../../src/api/catalogue.js';
+import type { Config } from '../../src/config/schema.js';
+import type { TokenInfo } from '../../src/emulator/state.js';
+import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
+import { httpGet, startTestProxy, type DeepPartial, type TestProxy, type TestResponse } from '../helpers/proxy.js';
+import { startRedis, type RedisHandle } from '../helpers/redis.js';
+import { until } from '../helpers/wait.js';
+
+let clock = Date.now();
+const now = () => clock;
+const CONFIRM_MS = 2_000;
+const GRANT_MS = 60_000;
+/** Every answer stays fresh far past the windows: only the access checks can stop it. */
+const HOUR = { ttlMs: 3_600_000, staleWhileRevalidateMs: 3_600_000 };
+const CONFIG: DeepPartial<Config> = {
+  identity: { ttlMs: 10 * 3_600_000 },
+  access: { projectConfirmMs: CONFIRM_MS, grantTtlMs: GRANT_MS },
+  cache: { sharing: 'project', freshness: { default: HOUR, settled: HOUR, byResource: {} } },
+};
+
+let emulator: TestEmulator;
+let redis: RedisHandle;
+let client: Redis;
+const running: TestProxy[] = [];
+/** Two members of one project (`a` fills, `b` reads), and a user who is not a member of it. */
+let a: TokenInfo;
+let b: TokenInfo;
+let outsider: TokenInfo;
+let projectId: number;
+let pathIds: Record<string, number>;
+let prefixes = 0;
+
+beforeAll(async () => {
+  emulator = await startTestEmulator();
+  redis = await startRedis();
+  client = new Redis(redis.url);
+  const members = emulator.tokens.all.filter((t) => !t.is_admin && t.project_ids.length > 0);
+  for (const first of members) {
+    const second = members.find((t) => t !== first && t.project_ids.some((p) => first.project_ids.includes(p)));
+    if (second === undefined) continue;
+    projectId = first.project_ids.find((p) => second.project_ids.includes(p))!;
+    const other = emulator.tokens.all.find((t) => !t.is_admin && !t.project_ids.includes(projectId));
+    if (other === undefined) continue;
+    [a, b, outsider] = [first, second, other];
+    break;
+  }
+  if (a === undefined) throw new Error('the emulator has no two members sharing a project and a non-member');
+  pathIds = await idsInside(projectId);
+});
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((p) => p.close()));
+  for (const area of ['runs', 'sessions'] as const) await emulator.mutate({ op: 'allow_area', user_id: b.user_id, project_id: projectId, area });
+  await emulator.mutate({ op: 'grant_project', user_id: b.user_id, project_id: projectId });
+});
+afterAll(async () => {
+  client?.disconnect();
+  await emulator?.close();
+  await redis?.stop();
+});
+
+/** One of each thing inside the project (a run with results), asked of the emulator directly. */
+async function idsInside(id: number): Promise<Record<string, number>> {
+  const first = async (path: string): Promise<number> => ((await httpGet(`${emulator.url}/api/v1${path}`, a.token)).json().result as { id: number }[])[0]!.id;
+  const runs = (await httpGet(`${emulator.url}/api/v1/projects/${id}/runs?per_page=100`, a.token)).json().result as { id: number; total_count: number; untested_count: number }[];
+  return {
+    project_id: id,
+    run_id: runs.find((r) => r.total_count > r.untested_count)!.id,
+    milestone_id: await first(`/projects/${id}/milestones`),
+    session_id: await first(`/projects/${id}/sessions`),
+    automation_source_id: await first(`/projects/${id}/automation/sources`),
+  };
+}
+
+/** Two replicas sharing the test's redis-server under a key prefix of their own; `overrides` over CONFIG. */
+async function replicas(overrides: DeepPartial<Config> = {}): Promise<[TestProxy, TestProxy]> {
+  const cache = { ...CONFIG.cache, ...overrides.cache, redis: { url: redis.url, keyPrefix: `sharing-${++prefixes}:`, commandTimeoutMs: 500 } };
+  const start = async () => {
+    const p = await startTestProxy(emulator.url, { ...CONFIG, ...overrides, cache }, now);
+    running.push(p);
+    return p;
+  };
+  return [await start(), await start()];
+}
+
+const pathOf = (id: OperationId): string => makePath(getOperation(id), pathIds);
+const RUNS = `/api/v1/projects/${'{p}'}/runs`;
+const runs = (query = '') => RUNS.replace('{p}', String(projectId)) + query;
+const sessions = () => `/api/v1/projects/${projectId}/sessions`;
+const isSharedHit = (res: TestResponse) => /^tm-cache; hit;.*key=project$/.test(String(res.headers['cache-status'] ?? ''));
+
+/** The lists whose items tell a replica which project a run, milestone, session or source belongs to. */
+async function fillProjectLists(p: TestProxy, token: string): Promise<void> {
+  for (const path of [runs('?per_page=100'), `/api/v1/projects/${projectId}/milestones`, sessions(), `/api/v1/projects/${projectId}/automation/sources`]) {
+    expect((await p.get(path, token)).status).toBe(200);
+  }
+}
+
+/** Reads until the answer is a shared hit (proof earned on the way), at most `tries` times; the last answer. */
+async function readUntilSharedHit(p: TestProxy, path: string, token: string, tries = 4): Promise<TestResponse> {
+  let res = await p.get(path, token);
+  for (let i = 1; i < tries && !isSharedHit(res); i++) res = await p.get(path, token);
+  return res;
+}
+
+describe('a member of the project', () => {
+  it("reads another member's shared answer as a hit once proven, and not before", async () => {
+    const [r1] = await replicas();
+    const filled = await r1.get(runs(), a.token);
+    expect(filled.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored.*key=project$/);
+    // b holds no grant for the runs of the project: filled under b's own token, which earns it.
+    await emulator.resetStats();
+    const first = await r1.get(runs(), b.token);
+    expect(first.status).toBe(200);
+    expect(first.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored.*key=project$/);
+    expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
+    // Proven: a's other runs question, never asked by b, is a hit for b.
+    expect((await r1.get(runs('?per_page=15'), a.token)).status).toBe(200);
+    await emulator.resetStats();
+    const shared = await r1.get(runs('?per_page=15'), b.token);
+    expect(shared.status).toBe(200);
+    expect(isSharedHit(shared)).toBe(true);
+    expect((await emulator.stats()).total).toBe(0);
+  });
+
+  it('is not served past access.grantTtlMs on the word of an old grant: proven again under their own token', async () => {
+    const [r1] = await replicas();
+    await r1.get(runs(), a.token);
+    expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
+    clock += GRANT_MS + 1_000;
+    expect((await r1.get(runs(), a.token)).status).toBe(200); // a proves again too
+    await emulator.resetStats();
+    const again = await r1.get(runs(), b.token);
+    expect(isSharedHit(again)).toBe(false);
+    expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
+  });
+
+  it('holding a grant earned on one replica, is served by the other from Redis without asking the instance', async () => {
+    const [r1, r2] = await replicas();
+    await r1.get(runs(), a.token);
+    expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
+    await until(async () => (await client.keys('*area-grant*')).length > 0);
+    await emulator.resetStats();
+    const there = await r2.get(runs(), b.token);
+    expect(there.status).toBe(200);
+    expect(there.headers['cache-status']).toMatch(/^tm-cache; hit;.*detail=redis; key=project$/);
+    expect((await emulator.stats()).total).toBe(0);
+  });
+});
+
+describe('a user who is no member of the project', () => {
+  it.each(['listRuns', 'getProject', 'listSessions'] as const)('never reads its shared %s, on either replica', async (id) => {
+    const [r1, r2] = await replicas();
+    const path = pathOf(id);
+    expect((await r1.get(path, a.token)).status).toBe(200);
+    for (const p of [r1, r2, r1]) {
+      const res = await p.get(path, outsider.token);
+      expect(res.status).toBe(getOperation(id).noAccessStatus);
+      expect(res.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=40[34]/);
+    }
+    // The team's entry is still there: one caller's refusal evicts nothing.
+    expect(isSharedHit(await r1.get(path, a.token))).toBe(true);
+  });
+});
+
+describe('a member denied one area of the project', () => {
+  it('never receives a shared sessions answer, while reading the shared runs', async () => {
+    await emulator.mutate({ op: 'deny_area', user_id: b.user_id, project_id: projectId, area: 'sessions' });
+    const [r1, r2] = await replicas();
+    expect((await r1.get(sessions(), a.token)).status).toBe(200);
+    expect((await r1.get(runs(), a.token)).status).toBe(200);
+    expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
+    for (const p of [r1, r2, r1, r2]) {
+      const res = await p.get(sessions(), b.token);
+      expect(res.status).toBe(403);
+      expect(res.headers['cache-status']).toMatch(/fwd-status=403/);
+    }
+    // The refusal cost b their proof for the project (proven again), never the team its entries.
+    expect((await r1.get(runs(), b.token)).status).toBe(200);
+    expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
+    expect(isSharedHit(await r1.get(sessions(), a.token))).toBe(true);
+  });
+
+  it('stops being served that area on every replica at their first refusal, within access.grantTtlMs', async () => {
+    const [r1, r2] = await replicas();
+    await r1.get(runs(), a.token);
+    for (const p of [r1, r2]) expect(isSharedHit(await readUntilSharedHit(p, runs(), b.token))).toBe(true);
+    await emulator.mutate({ op: 'deny_area', user_id: b.user_id, project_id: projectId, area: 'runs' });
+    // A question nobody asked goes to the instance under b's proof; it refuses: b's grants of the project go everywhere.
+    expect((await r1.get(runs('?per_page=25'), b.token)).status).toBe(403);
+    expect((await r1.get(runs(), b.token)).status).toBe(403);
+    await until(async () => (await r2.get(runs(), b.token)).status === 403);
+    expect((await r2.get(runs(), b.token)).status).toBe(403);
+    // Never the shared entry.
+    for (const p of [r1, r2]) expect(isSharedHit(await p.get(runs(), a.token))).toBe(true);
+  });
+});
+
+/** Every operation whose answers are shared by project. */
+const SHARED: readonly OperationId[] = [
+  'listProjectUsers', 'getProject', 'listRuns', 'getRun', 'listRunResults', 'listMilestones', 'getMilestone',
+  'listSessions', 'getSession', 'listAutomationSources', 'getAutomationSource',
+];
+
+describe('a member who lost the project', () => {
+  it.each(SHARED)('is refused its shared %s within access.projectConfirmMs + one request, on every replica', async (id) => {
+    const [r1, r2] = await replicas();
+    const path = pathOf(id);
+    // Lists first: they tell the replicas which project a run, milestone, session or source is in.
+    await fillProjectLists(r1, a.token);
+    for (const p of [r1, r2]) expect(isSharedHit(await readUntilSharedHit(p, path, a.token)), `a on ${p === r1 ? 1 : 2}`).toBe(true);
+    for (const p of [r1, r2]) expect(isSharedHit(await readUntilSharedHit(p, path, b.token)), `b on ${p === r1 ? 1 : 2}`).toBe(true);
+
+    await emulator.mutate({ op: 'revoke_project', user_id: b.user_id, project_id: projectId });
+    clock += CONFIRM_MS + 1_000;
+    for (const p of [r1, r2]) {
+      const res = await p.get(path, b.token);
+      expect(res.status).toBe(getOperation(id).noAccessStatus);
+      expect(res.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=40[34]/);
+    }
+    // The team keeps its entry.
+    expect(isSharedHit(await readUntilSharedHit(r1, path, a.token))).toBe(true);
+  });
+});
+
+describe('what stays per user or per admin in project mode', () => {
+  it('GET /projects and GET /user stay the caller’s own; an admin-only answer stays with verified admins', async () => {
+    const [r1] = await replicas();
+    const admin = emulator.tokens.admin();
+    for (const path of ['/api/v1/projects', '/api/v1/user']) {
+      expect((await r1.get(path, a.token)).status).toBe(200);
+      const theirs = await r1.get(path, b.token);
+      expect(theirs.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored/);
+      expect(theirs.headers['cache-status']).not.toMatch(/key=project/);
+    }
+    expect((await r1.get('/api/v1/users', admin.token)).status).toBe(200);
+    expect((await r1.get('/api/v1/users', b.token)).status).toBe(403);
+  });
+});
+
+describe('cache.sharing: user', () => {
+  it('keeps every answer per user, as before: a second member asks the instance for their own', async () => {
+    const [r1] = await replicas({ cache: { sharing: 'user' } });
+    expect((await r1.get(runs(), a.token)).headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored(; ttl=\d+)?$/);
+    await emulator.resetStats();
+    const theirs = await r1.get(runs(), b.token);
+    expect(theirs.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored(; ttl=\d+)?$/);
+    expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
+    expect((await r1.get(runs(), b.token)).headers['cache-status']).toMatch(/^tm-cache; hit;.*detail=memory$/);
+  });
+});
