@@ -13,7 +13,7 @@ import { VERSION } from './version.js';
 import { parseFlags } from './config/flags.js';
 import { ConfigError } from './config/errors.js';
 import type { Config } from './config/schema.js';
-import type { RunningProxy } from './proxy/server.js';
+import type { RunningProxy } from './serve.js';
 
 const EXIT_USAGE = 2;
 
@@ -120,7 +120,7 @@ async function runServe(argv: readonly string[]): Promise<void> {
   process.on('SIGHUP', () => reloads.request());
   const config = await load();
   const logger = await makeLogger(config.server.logLevel);
-  const { startProxy } = await import('./proxy/server.js');
+  const { startProxy } = await import('./serve.js');
   const proxy = await startProxy(config, { logger });
   logger.info({ url: proxy.url, management: proxy.managementUrl, upstream: config.upstream.url }, 'tm-cache serving');
   onSignals(() => proxy.close(), logger);
@@ -154,7 +154,7 @@ async function runDemo(argv: readonly string[]): Promise<void> {
   const flags = simpleFlags(argv, flagNames(DEMO_FLAGS));
   const [{ startEmulator }, { startProxy }, { loadConfig }, { randomBytes }] = await Promise.all([
     import('./emulator/server.js'),
-    import('./proxy/server.js'),
+    import('./serve.js'),
     import('./config/load.js'),
     import('node:crypto'),
   ]);

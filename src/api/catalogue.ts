@@ -36,7 +36,7 @@ export type ExpandType = (typeof EXPAND_TYPES)[number];
  * ("insufficient access") on results, milestones, sessions and automation sources, so a role may
  * allow some parts of a project and not others. The emulator restricts them (deny_area), and
  * `cache.sharing: project` serves a shared answer only to a caller with a grant for every area
- * it reveals (src/proxy/access-grants.ts).
+ * it reveals (src/proxy/callers/access-grants.ts).
  */
 export const AREAS = ['runs', 'results', 'milestones', 'sessions', 'automation_sources', 'users'] as const;
 export type Area = (typeof AREAS)[number];

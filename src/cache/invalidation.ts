@@ -13,10 +13,10 @@
  * What the bus carries. `all`: another replica purged everything, or (`missed: true`, said by
  * this replica's own bus, never received) messages may have been missed: the subscriber
  * reconnected. `forget`: a credential the instance refused (401), by its HMAC (never the token):
- * every replica drops its identity (src/proxy/identity.ts); the cache tiers ignore it.
+ * every replica drops its identity (src/proxy/callers/identity.ts); the cache tiers ignore it.
  * `access-refused`: the instance refused a user (401/403/404) on a project whose answers are
  * shared (`cache.sharing: project`): every replica drops that user's confirmation and grants of
- * the project (src/proxy/access-grants.ts) and no grant asked before `at` is taken any more; the
+ * the project (src/proxy/callers/access-grants.ts) and no grant asked before `at` is taken any more; the
  * cache tiers ignore it (one member's refusal never evicts a team's entries).
  */
 export type InvalidationMessage =

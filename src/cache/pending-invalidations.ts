@@ -17,7 +17,7 @@
  */
 import type { CacheEntry } from './entry.js';
 import type { InvalidationMessage } from './invalidation.js';
-import type { TierCounts } from './tiered.js';
+import type { TierCounts } from './tier.js';
 
 /** What TieredCache drops below memory and publishes: everything but identities. */
 export type SharedInvalidation = Exclude<InvalidationMessage, { kind: 'forget' } | { kind: 'access-refused' }>;

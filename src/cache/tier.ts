@@ -63,3 +63,6 @@ export interface CacheTier {
   /** Lets work in flight finish; the tier answers nothing useful afterwards. */
   close(): MaybePromise<void>;
 }
+
+/** What an operation did in each tier (entries dropped, say), by tier name. */
+export type TierCounts = Partial<Record<TierName, number>>;

@@ -23,11 +23,12 @@
  */
 import type { SharedTierBudget } from './budget.js';
 import type { CacheEntry } from './entry.js';
-import { withGzipVariant } from './codec.js';
+import { withGzipVariant } from './redis/codec.js';
 import type { InvalidationBus, InvalidationMessage } from './invalidation.js';
 import { MemoryTier, type MemoryTierStats } from './memory-tier.js';
 import { PendingInvalidations, type Attempt, type SharedInvalidation } from './pending-invalidations.js';
 import type { CacheTier, MaybePromise, TierName } from './tier.js';
+import type { TierCounts } from './tier.js';
 
 /** Fastest first; the first is always this process's memory tier (the hit path, gzip swaps). */
 export type TierList = readonly [MemoryTier, ...CacheTier[]];
@@ -68,7 +69,6 @@ export interface TieredHit {
 }
 
 /** Entries dropped per tier name (tiers sharing a name add up). */
-export type TierCounts = Partial<Record<TierName, number>>;
 
 export interface TieredStats {
   memory: MemoryTierStats;

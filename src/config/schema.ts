@@ -103,7 +103,7 @@ export const ConfigSchema = section({
     shutdownGraceMs: durationMs(0, 10_000),
     routeMemoMaxBytes: count(1, 16 * MiB),
     logLevel: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info', { flag: '--log-level', env: 'TM_CACHE_LOG_LEVEL' }),
-    // HTTPS on the listeners (src/proxy/certificates.ts): the files are read, parsed and matched at
+    // HTTPS on the listeners (src/certificates.ts): the files are read, parsed and matched at
     // start (config/tls-files.ts), and again on SIGHUP and whenever their directory changes.
     tls: section({
       certFile: pemPath('the certificate chain (server certificate first)', { flag: '--tls-cert-file', env: 'TM_CACHE_TLS_CERT_FILE' }),

@@ -19,14 +19,15 @@ import { OPERATIONS, type Operation } from '../api/catalogue.js';
 import type { CacheEntry } from '../cache/entry.js';
 import { operationTag } from '../cache/key.js';
 import { entrySizeBytes, type MemoryTier } from '../cache/memory-tier.js';
-import type { Invalidated, TierCounts } from '../cache/tiered.js';
+import type { Invalidated } from '../cache/tiered.js';
 import { AdminGuard, type AdminRouteConfig } from './admin-guard.js';
 import type { Metrics } from './metrics.js';
 import type { BudgetSnapshot } from '../upstream/fleet-budget.js';
 import type { RequestStats } from './stats.js';
 import { STATUS_PAGE_HEADERS, STATUS_PAGE_HTML } from './status-page.js';
-import type { ReadinessCheck } from './management.js';
 import type { UpstreamHealth } from './upstream-health.js';
+import type { TierCounts } from '../cache/tier.js';
+import type { ReadinessCheck } from './readiness.js';
 
 export interface AdminDeps {
   /** The current `admin.token` (reloadable); empty: the admin API is off. */

@@ -8,14 +8,8 @@ import fastify, { type FastifyInstance } from 'fastify';
 import type { ServerOptions as SecureServerOptions } from 'node:https';
 import { registerAdmin, type AdminDeps } from './admin.js';
 import type { Metrics } from './metrics.js';
+import type { ReadinessCheck } from './readiness.js';
 
-export interface ReadinessCheck {
-  readonly name: string;
-  /** `ok`, or `degraded` (still ready, reported in the body), or `down` (not ready). */
-  check(): { status: 'ok' | 'degraded' | 'down'; detail?: string };
-  /** Called when /readyz itself is asked (not on a metrics scrape): a chance to go and look. */
-  refresh?(): void;
-}
 
 export interface Management {
   readonly app: FastifyInstance;
@@ -35,7 +29,7 @@ export function buildManagement(metrics: Metrics, checks: readonly ReadinessChec
     const status = draining ? 'draining' : down ? 'down' : degraded ? 'degraded' : 'ok';
     return { ready: !down, status, checks: results };
   };
-  metrics.gauge('tm_cache_ready', '1 while /readyz answers 200 (ready for traffic), else 0.', () => (readiness().ready ? 1 : 0));
+  metrics.watchReadiness(() => readiness().ready);
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_req, reply) => {
     for (const c of checks) c.refresh?.();

@@ -166,10 +166,16 @@ export interface Metrics {
   certificateReload(result: CertificateReloadResult): void;
   bytesSent(bytes: number): void;
   notModifiedSaved(bytes: number): void;
-  /** Registers a gauge read at scrape time. */
-  gauge(name: string, help: string, read: () => number): void;
-  /** Registers a counter whose value is kept elsewhere and read at scrape time. */
-  counter(name: string, help: string, read: () => number): void;
+  /** `tm_cache_ready`, read from the management port's readiness at scrape time. */
+  watchReadiness(isReady: () => boolean): void;
+  /** The pipeline's memos (routings, Authorization headers, refused tokens): entries and bytes. */
+  watchMemos(read: () => MemoFigures): void;
+  /** The memory tier and the upstream pools: sizes, bounds, requests in flight and waiting, the upstream's state. */
+  watchServing(read: ServingReaders): void;
+  /** Redis' errors, rejected values and state (registered only where Redis is configured). */
+  watchRedis(read: RedisReaders): void;
+  /** When the served TLS certificate expires (registered only with `server.tls`). */
+  watchCertificate(notAfterMs: () => number): void;
   /** The fleet budget's events (fleet-budget.ts), counted: pass as its `events`. */
   readonly budget: BudgetEvents;
   /** A client's request the budget had no token for in time: answered stale (`stale`) or 429 (`refused`). */
@@ -198,6 +204,39 @@ export interface SharingTotals {
   sharedHits: number;
   grantFills: number;
   savedBySharing: number;
+}
+
+/** Entries and estimated bytes of one bounded memo. */
+export interface MemoSize {
+  readonly entries: number;
+  readonly bytes: number;
+}
+
+export interface MemoFigures {
+  readonly routes: MemoSize;
+  readonly headers: MemoSize;
+  readonly refused: MemoSize;
+}
+
+/** An upstream pool's load. */
+export interface PoolLoad {
+  readonly active: number;
+  readonly queued: number;
+}
+
+export interface ServingReaders {
+  memory(): MemoSize;
+  memoryMaxBytes(): number;
+  upstream(): PoolLoad;
+  /** The upstream's last known state: false once it did not answer. */
+  upstreamUp(): boolean;
+  identityUpstream(): PoolLoad;
+}
+
+export interface RedisReaders {
+  errors(): number;
+  rejected(): number;
+  up(): boolean;
 }
 
 export interface MetricsOptions {
@@ -309,11 +348,34 @@ export function createMetrics(options: MetricsOptions): Metrics {
     notModifiedSaved(bytes) {
       totals.notModifiedSaved += bytes;
     },
-    gauge(name, help, read) {
-      new Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });
+    watchReadiness(isReady) {
+      gaugeOf(registry, 'tm_cache_ready', '1 while /readyz answers 200 (ready for traffic), else 0.', () => (isReady() ? 1 : 0));
     },
-    counter(name, help, read) {
-      counterOf(registry, name, help, read);
+    watchMemos(read) {
+      gaugeOf(registry, 'tm_cache_route_memo_entries', 'URL routings remembered.', () => read().routes.entries);
+      gaugeOf(registry, 'tm_cache_route_memo_bytes', 'Estimated bytes of the URL routings remembered (bound: server.routeMemoMaxBytes).', () => read().routes.bytes);
+      gaugeOf(registry, 'tm_cache_identity_memo_entries', 'Authorization headers remembered as received.', () => read().headers.entries);
+      gaugeOf(registry, 'tm_cache_identity_memo_bytes', 'Estimated bytes of the Authorization headers remembered (bound: identity.maxBytes).', () => read().headers.bytes);
+      gaugeOf(registry, 'tm_cache_identity_refused_entries', 'Refused tokens remembered (by HMAC).', () => read().refused.entries);
+      gaugeOf(registry, 'tm_cache_identity_refused_bytes', 'Estimated bytes of the refused tokens remembered (bound: identity.refusedMaxBytes).', () => read().refused.bytes);
+    },
+    watchServing(read) {
+      gaugeOf(registry, 'tm_cache_memory_entries', 'Entries in the memory tier.', () => read.memory().entries);
+      gaugeOf(registry, 'tm_cache_memory_bytes', 'Bytes held by the memory tier.', () => read.memory().bytes);
+      gaugeOf(registry, 'tm_cache_memory_max_bytes', 'The memory tier\'s bound (cache.memory.maxBytes).', () => read.memoryMaxBytes());
+      gaugeOf(registry, 'tm_cache_upstream_active', 'Upstream requests in flight.', () => read.upstream().active);
+      gaugeOf(registry, 'tm_cache_upstream_queued', 'Upstream requests waiting for a slot.', () => read.upstream().queued);
+      gaugeOf(registry, 'tm_cache_upstream_up', 'The upstream\'s last known state: 1 it answered, 0 it did not (refused, reset, timed out).', () => (read.upstreamUp() ? 1 : 0));
+      gaugeOf(registry, 'tm_cache_identity_upstream_active', 'Identity look-ups (GET /user) in flight.', () => read.identityUpstream().active);
+      gaugeOf(registry, 'tm_cache_identity_upstream_queued', 'Identity look-ups waiting for a slot.', () => read.identityUpstream().queued);
+    },
+    watchRedis(read) {
+      counterOf(registry, 'tm_cache_redis_errors_total', 'Redis errors, timeouts, disconnections and calls skipped while it was unavailable.', () => read.errors());
+      counterOf(registry, 'tm_cache_redis_rejected_total', 'Values read from Redis that did not verify under their key (another secret, altered, copied) or were invalid: misses, left in Redis.', () => read.rejected());
+      gaugeOf(registry, 'tm_cache_redis_up', '1 while Redis is usable, 0 while it is degraded (down, reconnecting, breaker open).', () => (read.up() ? 1 : 0));
+    },
+    watchCertificate(notAfterMs) {
+      gaugeOf(registry, 'tm_cache_tls_certificate_expiry_timestamp_seconds', 'When the TLS certificate served expires (seconds since the epoch): alert well before it.', () => notAfterMs() / 1_000);
     },
     budget: {
       taken: (priority) => budgetTokens.inc(budgetTokens.slot(priority)),
@@ -376,4 +438,9 @@ function counterOf(registry: Registry, name: string, help: string, read: () => n
     type: 'counter',
     get: () => ({ name, help, type: 'counter', values: [{ value: read(), labels: {} }], aggregator: 'sum' }),
   } as never);
+}
+
+/** A gauge read at scrape time. */
+function gaugeOf(registry: Registry, name: string, help: string, read: () => number): void {
+  new Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });
 }

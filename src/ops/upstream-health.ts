@@ -11,7 +11,7 @@
 import { matchRoute } from '../api/route.js';
 import type { LaneCaller, UpstreamLane, UpstreamResponse } from '../upstream/client.js';
 import { toUpstreamError } from '../upstream/client.js';
-import type { ReadinessCheck } from './management.js';
+import type { ReadinessCheck } from './readiness.js';
 
 export type UpstreamState = 'up' | 'down' | 'unknown';
 

@@ -25,19 +25,20 @@ import { retryAfterMsOf, type Upstream } from '../upstream/client.js';
 import type { FleetBudget } from '../upstream/fleet-budget.js';
 import type { InvalidationBus } from '../cache/invalidation.js';
 import type { Recorder } from '../ops/recorder.js';
-import { AccessRules } from './access.js';
-import { ProjectAccess, userProjectTag } from './access-confirmation.js';
-import { IdentityResolver, type IdentityLookupResult, type SharedLocks, type SharedStore } from './identity.js';
-import { forwardOnly } from './forwarding.js';
-import { passthroughRequestLogger, registerPassthrough } from './passthrough.js';
+import { AccessRules } from './callers/access.js';
+import { ProjectAccess, userProjectTag } from './callers/access-confirmation.js';
+import { IdentityResolver, type IdentityLookupResult, type SharedLocks, type SharedStore } from './callers/identity.js';
+import { forwardOnly } from './passthrough/forwarding.js';
+import { passthroughRequestLogger, registerPassthrough } from './passthrough/proxy.js';
 import { exchangeOf } from './exchange.js';
 import { keysOnOrigin } from './decide.js';
 import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache, type SharingEvents } from './read-through.js';
-import { AreaGrants } from './access-grants.js';
+import { AreaGrants } from './callers/access-grants.js';
 import type { SharedTierBudget } from '../cache/budget.js';
-import { RetryAfterGate } from './retry-after.js';
+import { RetryAfterGate } from './callers/retry-after.js';
 import { RouteMemo } from './route-memo.js';
+import type { MemoFigures } from '../ops/metrics.js';
 
 /** The cache as the app sees it: read-through operations, gzip variants and invalidation. */
 export interface ProxyCache extends ReadCache {
@@ -72,8 +73,8 @@ export interface ProxyDeps {
   readonly budget?: Pick<FleetBudget, 'onRateLimited' | 'pausedForMs'> | undefined;
   /** What sharing by project did (metrics, status page). */
   readonly sharing?: SharingEvents | undefined;
-  /** Registers a gauge read at scrape time (metrics): the sizes of the pipeline's memos. */
-  readonly gauge?: (name: string, help: string, read: () => number) => void;
+  /** Registers the sizes of the pipeline's memos, read at scrape time (metrics.ts). */
+  readonly watchMemos?: ((read: () => MemoFigures) => void) | undefined;
   /** HTTPS (`server.tls`, certificates.ts): the listener serves TLS with these options; absent: plain HTTP. */
   readonly tls?: SecureServerOptions | undefined;
 }
@@ -233,7 +234,10 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     onBackgroundError: (err, key) => deps.logger.warn({ err: err instanceof Error ? err.message : String(err), ...describeKey(key) }, 'background refresh failed'),
   });
   const routes = new RouteMemo(config.server.routeMemoMaxBytes);
-  if (deps.gauge) gaugeMemos(deps.gauge, routes, identity);
+  deps.watchMemos?.(() => {
+    const { headers, refused } = identity.stats();
+    return { routes: routes.stats(), headers, refused };
+  });
   const options = {
     routes,
     identity,
@@ -269,12 +273,3 @@ function placeFromShared(shared: SharedStore, policy: FreshnessPolicy): (tag: st
   };
 }
 
-/** The memos' sizes, so that their bounds can be watched (and tested) from outside. */
-function gaugeMemos(gauge: NonNullable<ProxyDeps['gauge']>, routes: RouteMemo, identity: IdentityResolver): void {
-  gauge('tm_cache_route_memo_entries', 'URL routings remembered.', () => routes.stats().entries);
-  gauge('tm_cache_route_memo_bytes', 'Estimated bytes of the URL routings remembered (bound: server.routeMemoMaxBytes).', () => routes.stats().bytes);
-  gauge('tm_cache_identity_memo_entries', 'Authorization headers remembered as received.', () => identity.stats().headers.entries);
-  gauge('tm_cache_identity_memo_bytes', 'Estimated bytes of the Authorization headers remembered (bound: identity.maxBytes).', () => identity.stats().headers.bytes);
-  gauge('tm_cache_identity_refused_entries', 'Refused tokens remembered (by HMAC).', () => identity.stats().refused.entries);
-  gauge('tm_cache_identity_refused_bytes', 'Estimated bytes of the refused tokens remembered (bound: identity.refusedMaxBytes).', () => identity.stats().refused.bytes);
-}

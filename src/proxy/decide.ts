@@ -32,9 +32,9 @@ import type { SharedTierBudget } from '../cache/budget.js';
 import type { Operation } from '../api/catalogue.js';
 import { ADMIN_SCOPE, projectScope, type Scope } from '../cache/key.js';
 import type { Sharing } from '../config/schema.js';
-import { wantsRevalidation } from './headers.js';
-import type { Caller } from './identity.js';
+import { wantsRevalidation } from './respond/headers.js';
 import { keyFor, type CacheableRoute, type Placement, type RouteInfo } from './route-memo.js';
+import type { Caller } from './callers/caller.js';
 
 /**
  * What, besides freshness, must hold before a caller is served an entry:

@@ -24,7 +24,7 @@ import type { CanonicalRequest } from '../api/normalize.js';
 import type { Scope } from '../cache/key.js';
 import type { ForwardedRecord, RequestRecord, UpstreamTiming } from '../ops/recorder.js';
 import type { Decision, EntryGate } from './decide.js';
-import type { Caller } from './identity.js';
+import type { Caller } from './callers/caller.js';
 
 export class Exchange implements Decision, RequestRecord, ForwardedRecord {
   /**

@@ -31,10 +31,10 @@
  */
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
 import type { TierName } from '../cache/tier.js';
-import { projectOf, type ProjectAccess } from './access-confirmation.js';
-import type { AreaGrants } from './access-grants.js';
+import { projectOf, type ProjectAccess } from './callers/access-confirmation.js';
+import type { AreaGrants } from './callers/access-grants.js';
 import type { Decision } from './decide.js';
-import type { RetryAfterGate } from './retry-after.js';
+import type { RetryAfterGate } from './callers/retry-after.js';
 
 /** An entry held for a key and the tier it came from. */
 export interface Found {

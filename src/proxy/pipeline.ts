@@ -31,14 +31,15 @@ import type { CacheOutcome } from '../cache/outcome.js';
 import { pathOf, type ForwardKind, type Recorder } from '../ops/recorder.js';
 import { toUpstreamError } from '../upstream/client.js';
 import { decide, lapsedKey, type DecideOptions } from './decide.js';
-import { waitsForGzipVariant } from './encoding.js';
+import { waitsForGzipVariant } from './respond/encoding.js';
 import { carry, Exchange } from './exchange.js';
-import { cacheStatus } from './headers.js';
-import type { Caller, IdentityResolver } from './identity.js';
+import { cacheStatus } from './respond/headers.js';
+import type { IdentityResolver } from './callers/identity.js';
 import type { ReadThrough } from './read-through.js';
 import { resolveRoute, type RouteInfo, type RouteMemo } from './route-memo.js';
-import { localAnswer, type Served } from './served.js';
-import { writeServed } from './writer.js';
+import { localAnswer, type Served } from './respond/served.js';
+import { writeServed } from './respond/writer.js';
+import type { Caller } from './callers/caller.js';
 
 export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 

@@ -32,13 +32,13 @@ import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import { answerFailure, classifyAnswer } from '../upstream/answer.js';
 import { UPSTREAM_HEADERS, toUpstreamError, type BudgetPriority, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
-import type { AccessRules, AnsweredRequest } from './access.js';
-import { projectOf, type ProjectAccess } from './access-confirmation.js';
-import type { AreaGrants } from './access-grants.js';
+import type { AccessRules, AnsweredRequest } from './callers/access.js';
+import { projectOf, type ProjectAccess } from './callers/access-confirmation.js';
+import type { AreaGrants } from './callers/access-grants.js';
 import { ownerOf, type Decision } from './decide.js';
 import { judge, type FillVerdict, type Found, type Occasion } from './judge.js';
-import type { RetryAfterGate } from './retry-after.js';
-import { localAnswer, upstreamFailure, type Served } from './served.js';
+import type { RetryAfterGate } from './callers/retry-after.js';
+import { localAnswer, upstreamFailure, type Served } from './respond/served.js';
 import { isStorable, makeEntry } from './storable.js';
 
 export type { Found } from './judge.js';

@@ -13,7 +13,7 @@ import { normalizeRequest, type CanonicalRequest } from '../api/normalize.js';
 import { ValidationError } from '../api/errors.js';
 import { makeKey, makeKeySuffix, type Scope } from '../cache/key.js';
 import { resourceOfIdParam } from '../api/catalogue.js';
-import { areaMask } from './access-grants.js';
+import { areaMask } from './callers/access-grants.js';
 import { BoundedMemo, type MemoStats } from './bounded-memo.js';
 
 export type RouteInfo =

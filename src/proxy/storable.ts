@@ -16,7 +16,7 @@ import { operationTag, type Scope } from '../cache/key.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
 import { classifyAnswer } from '../upstream/answer.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { projectOfTags, userProjectTag } from './access-confirmation.js';
+import { projectOfTags, userProjectTag } from './callers/access-confirmation.js';
 
 export function isStorable(res: UpstreamResponse): boolean {
   if (classifyAnswer(res) !== 'ok') return false;

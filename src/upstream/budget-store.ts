@@ -1,6 +1,6 @@
 /**
  * The fleet budget's bucket: its shape, its arithmetic, and the store that keeps it in memory.
- * The shared store (src/cache/redis-budget-store.ts) runs the same arithmetic as a Lua script
+ * The shared store (src/cache/redis/budget-store.ts) runs the same arithmetic as a Lua script
  * over one Redis key; one contract suite checks both agree (test/upstream/budget-store.test.ts
  * and test/cache/redis-budget-store.test.ts).
  *

@@ -1,7 +1,7 @@
 /**
  * One upstream budget for the whole fleet: every request tm-cache sends upstream takes a token
  * first. Tokens come from one bucket shared by every replica through Redis (budget-store.ts's
- * arithmetic, src/cache/redis-budget-store.ts's script), leased a few at a time so that no request
+ * arithmetic, src/cache/redis/budget-store.ts's script), leased a few at a time so that no request
  * costs a Redis round trip of its own; a replica without Redis has the bucket to itself.
  *
  * - Redis down: the replica leases from its own bucket, `upstream.budget.fallbackShare` of the

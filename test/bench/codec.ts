@@ -1,5 +1,5 @@
 /**
- * Codec comparison for the Redis stored form (src/cache/codec.ts): ratio and per-call
+ * Codec comparison for the Redis stored form (src/cache/redis/codec.ts): ratio and per-call
  * encode/decode time on a realistic body (a 100-item list page, ~80 KB of JSON).
  *
  *   npm run bench -- codec

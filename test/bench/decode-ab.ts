@@ -1,7 +1,7 @@
 /**
  * `ab:decode`: a Redis-tier hit's decode for an identity client, two builds side by side in one
  * process: opening a stored entry (MAC check or AES-GCM open, metadata, checks) and reading its
- * identity body (the inflate), this checkout's src/cache/codec.ts against `--base`'s, in
+ * identity body (the inflate), this checkout's src/cache/redis/codec.ts against `--base`'s, in
  * alternating batches so that a noisy machine weighs on both alike.
  *
  *   npm run bench -- ab:decode --base /work/wt-perf-base
@@ -10,12 +10,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import * as head from '../../src/cache/codec.js';
-import type { ValueGuard } from '../../src/cache/codec.js';
+import * as head from '../../src/cache/redis/codec.js';
+import type { ValueGuard } from '../../src/cache/redis/codec.js';
 import { makeEntry, makeListPageBody } from '../cache/fixtures.js';
 import type { Check } from './report.js';
 
-export const DECODE_SOURCE = 'src/cache/codec.ts';
+export const DECODE_SOURCE = 'src/cache/redis/codec.ts';
 const WARMUP_ROUNDS = 3;
 const BATCH = 100;
 

@@ -31,7 +31,7 @@ export function missingBuild(root: string): string | undefined {
 
 /**
  * The other checkout of an A/B scenario (`--base`), resolved; throws when it is not given or
- * lacks what the scenario loads from it (`dist/cli.js`, or a source file such as `src/cache/codec.ts`):
+ * lacks what the scenario loads from it (`dist/cli.js`, or a source file such as `src/cache/redis/codec.ts`):
  * a UsageError, reported without a stack.
  */
 export function requireBase(base: string | undefined, needs = 'dist/cli.js'): string {

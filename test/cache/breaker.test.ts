@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CircuitBreaker } from '../../src/cache/breaker.js';
+import { CircuitBreaker } from '../../src/cache/redis/breaker.js';
 
 describe('CircuitBreaker', () => {
   const make = () => {

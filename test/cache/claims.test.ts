@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { boundClaims, MAX_CLOCK_SKEW_MS } from '../../src/cache/claims.js';
+import { boundClaims, MAX_CLOCK_SKEW_MS } from '../../src/cache/redis/claims.js';
 import type { StoredMeta } from '../../src/cache/entry.js';
 import { claimLimitsOf } from '../../src/cache/policy.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';

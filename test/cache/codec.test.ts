@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { decodeEntry, decodeValue, deriveMacKey, encodeEntry, encodeValue, FORMAT_VERSION, openEntry, openValue, storedKeyId, type ValueGuard } from '../../src/cache/codec.js';
-import { assertKeyring, type Keyring } from '../../src/cache/keyring.js';
+import { decodeEntry, decodeValue, deriveMacKey, encodeEntry, encodeValue, FORMAT_VERSION, openEntry, openValue, storedKeyId, type ValueGuard } from '../../src/cache/redis/codec.js';
+import { assertKeyring, type Keyring } from '../../src/cache/redis/keyring.js';
 import { gzipEtagOf, readBody, type CacheEntry } from '../../src/cache/entry.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
 

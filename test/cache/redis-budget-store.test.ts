@@ -7,8 +7,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { RedisBudgetStore } from '../../src/cache/redis-budget-store.js';
-import type { RedisRoles } from '../../src/cache/redis.js';
+import { RedisBudgetStore } from '../../src/cache/redis/budget-store.js';
+import type { RedisRoles } from '../../src/cache/redis/roles.js';
 import { budgetShapeOf, type BudgetShape } from '../../src/upstream/budget-store.js';
 import { FleetBudget, LEASE_TTL_MS, type FleetBudgetOptions } from '../../src/upstream/fleet-budget.js';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';

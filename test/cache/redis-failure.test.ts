@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryTier } from '../../src/cache/memory-tier.js';
-import { createRedisRoles, type RedisRoles } from '../../src/cache/redis.js';
-import { RedisConnection } from '../../src/cache/redis-connection.js';
+import { createRedisRoles, type RedisRoles } from '../../src/cache/redis/roles.js';
+import { RedisConnection } from '../../src/cache/redis/connection.js';
 import { TieredCache } from '../../src/cache/tiered.js';
 import { findFreePort, startRedis, type RedisHandle } from '../helpers/redis.js';
 import { makeEntry } from './fixtures.js';

@@ -2,8 +2,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';
-import { createRedisRoles, type RedisRoles, type RedisRolesOptions } from '../../src/cache/redis.js';
-import type { RedisTier } from '../../src/cache/redis-tier.js';
+import { createRedisRoles, type RedisRoles, type RedisRolesOptions } from '../../src/cache/redis/roles.js';
+import type { RedisTier } from '../../src/cache/redis/tier.js';
 
 /**
  * Shared by the Redis tests. Each set of roles gets its own key prefix, so tests sharing one

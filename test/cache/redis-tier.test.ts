@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { storedKeyId } from '../../src/cache/codec.js';
-import type { Keyring } from '../../src/cache/keyring.js';
-import type { RedisTier } from '../../src/cache/redis-tier.js';
+import { storedKeyId } from '../../src/cache/redis/codec.js';
+import type { Keyring } from '../../src/cache/redis/keyring.js';
+import type { RedisTier } from '../../src/cache/redis/tier.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
 import { makeRedisRoles, makeRedisTier, useRedisServer } from './redis-fixtures.js';
 import { makeClock, tierContract } from './tier-contract.js';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryTier } from '../../src/cache/memory-tier.js';
-import type { RedisRoles } from '../../src/cache/redis.js';
+import type { RedisRoles } from '../../src/cache/redis/roles.js';
 import type { CacheTier } from '../../src/cache/tier.js';
 import { TieredCache } from '../../src/cache/tiered.js';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';

@@ -5,7 +5,7 @@
 import { pino } from 'pino';
 import { request } from 'undici';
 import { DEFAULT_CONFIG, type Config } from '../../src/config/schema.js';
-import { startProxy, type RunningProxy } from '../../src/proxy/server.js';
+import { startProxy, type RunningProxy } from '../../src/serve.js';
 
 export type DeepPartial<T> = { -readonly [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
 

@@ -5,7 +5,7 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
-import type { RedisTier } from '../../src/cache/redis-tier.js';
+import type { RedisTier } from '../../src/cache/redis/tier.js';
 import type { Config } from '../../src/config/schema.js';
 import { startTestEmulator, type TestEmulator } from './emulator.js';
 import { startTestProxy, type DeepPartial, type TestProxy } from './proxy.js';

@@ -8,7 +8,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startProxy, type RunningProxy } from '../../src/proxy/server.js';
+import { startProxy, type RunningProxy } from '../../src/serve.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { httpGet, makeConfig } from '../helpers/proxy.js';
 import { until } from '../helpers/wait.js';

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { buildManagement, type ReadinessCheck } from '../../src/ops/management.js';
+import { buildManagement } from '../../src/ops/management.js';
 import { createMetrics } from '../../src/ops/metrics.js';
+import type { ReadinessCheck } from '../../src/ops/readiness.js';
 
 function check(name: string, status: 'ok' | 'degraded' | 'down'): ReadinessCheck {
   return { name, check: () => ({ status, detail: `${name} is ${status}` }) };

@@ -5,10 +5,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { CacheEntry } from '../../src/cache/entry.js';
-import { ProjectAccess, projectOf } from '../../src/proxy/access-confirmation.js';
-import type { Caller, SharedStore } from '../../src/proxy/identity.js';
+import { ProjectAccess, projectOf } from '../../src/proxy/callers/access-confirmation.js';
+import type { SharedStore } from '../../src/proxy/callers/identity.js';
 import { UpstreamError, type Upstream, type UpstreamResponse } from '../../src/upstream/client.js';
 import { makeEntry } from '../cache/fixtures.js';
+import type { Caller } from '../../src/proxy/callers/caller.js';
 
 const T0 = 1_800_000_000_000;
 const CONFIRM_MS = 30_000;

@@ -7,7 +7,7 @@
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { hmacCredential } from '../../src/cache/key.js';
-import { normalizeAuthorization } from '../../src/proxy/identity-memo.js';
+import { normalizeAuthorization } from '../../src/proxy/callers/identity-memo.js';
 import { findFreePort } from '../helpers/ports.js';
 import { replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 

@@ -7,10 +7,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { decide, type Decision } from '../../src/proxy/decide.js';
 import { Exchange } from '../../src/proxy/exchange.js';
-import type { Caller } from '../../src/proxy/identity.js';
 import { judge, type Facts, type Found, type Occasion, type Verdict } from '../../src/proxy/judge.js';
 import { resolveRoute } from '../../src/proxy/route-memo.js';
 import { makeEntry } from '../cache/fixtures.js';
+import type { Caller } from '../../src/proxy/callers/caller.js';
 
 const T0 = 1_800_000_000_000;
 const CONFIRM_MS = 60_000;

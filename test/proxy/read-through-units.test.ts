@@ -10,18 +10,18 @@ import type { CacheEntry } from '../../src/cache/entry.js';
 import type { FillLock } from '../../src/cache/fill.js';
 import { FreshnessPolicy } from '../../src/cache/policy.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';
-import { AccessRules, type AccessTargets } from '../../src/proxy/access.js';
-import { ProjectAccess } from '../../src/proxy/access-confirmation.js';
-import { AreaGrants } from '../../src/proxy/access-grants.js';
+import { AccessRules, type AccessTargets } from '../../src/proxy/callers/access.js';
+import { ProjectAccess } from '../../src/proxy/callers/access-confirmation.js';
+import { AreaGrants } from '../../src/proxy/callers/access-grants.js';
 import { decide, lapsedKey, type Decision } from '../../src/proxy/decide.js';
 import { Exchange } from '../../src/proxy/exchange.js';
-import type { Caller } from '../../src/proxy/identity.js';
 import { ReadThrough, type Found, type ReadCache } from '../../src/proxy/read-through.js';
-import { RetryAfterGate } from '../../src/proxy/retry-after.js';
+import { RetryAfterGate } from '../../src/proxy/callers/retry-after.js';
 import { resolveRoute, type CacheableRoute } from '../../src/proxy/route-memo.js';
-import type { Served } from '../../src/proxy/served.js';
+import type { Served } from '../../src/proxy/respond/served.js';
 import { UpstreamError, type Upstream, type UpstreamResponse } from '../../src/upstream/client.js';
 import { makeEntry } from '../cache/fixtures.js';
+import type { Caller } from '../../src/proxy/callers/caller.js';
 
 const T0 = 1_800_000_000_000;
 

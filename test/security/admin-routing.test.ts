@@ -9,7 +9,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_FAILURES } from '../../src/ops/admin-guard.js';
-import { startProxy, type RunningProxy } from '../../src/proxy/server.js';
+import { startProxy, type RunningProxy } from '../../src/serve.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { readGauge } from '../helpers/metrics.js';
 import { makeConfig, startTestProxy, type TestProxy } from '../helpers/proxy.js';

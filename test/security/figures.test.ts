@@ -17,7 +17,7 @@ import { gunzipSync } from 'node:zlib';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config/schema.js';
-import { startProxy, type RunningProxy } from '../../src/proxy/server.js';
+import { startProxy, type RunningProxy } from '../../src/serve.js';
 import { httpGet, makeConfig, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
 import { replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 import { until } from '../helpers/wait.js';

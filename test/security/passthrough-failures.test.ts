@@ -10,7 +10,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startProxy, type RunningProxy } from '../../src/proxy/server.js';
+import { startProxy, type RunningProxy } from '../../src/serve.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { startHostileUpstream, type HostileUpstream } from '../helpers/hostile.js';
 import { findFreePort } from '../helpers/ports.js';

@@ -15,7 +15,7 @@ import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import type { CacheEntry } from '../../src/cache/entry.js';
 import { KEY_VERSION } from '../../src/cache/key.js';
 import type { Config } from '../../src/config/schema.js';
-import { startProxy, type RunningProxy } from '../../src/proxy/server.js';
+import { startProxy, type RunningProxy } from '../../src/serve.js';
 import { httpGet, makeConfig, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
 import { redisTierOf, replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 import { CLI } from '../helpers/serve.js';

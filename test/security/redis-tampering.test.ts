@@ -10,7 +10,7 @@
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { hmacCredential, KEY_VERSION } from '../../src/cache/key.js';
 import type { Config } from '../../src/config/schema.js';
-import { normalizeAuthorization } from '../../src/proxy/identity-memo.js';
+import { normalizeAuthorization } from '../../src/proxy/callers/identity-memo.js';
 import type { TokenInfo } from '../helpers/emulator.js';
 import { httpGet, type DeepPartial, type TestProxy } from '../helpers/proxy.js';
 import { redisTierOf, replicasOverEmulatorAndRedis } from '../helpers/replicas.js';

@@ -11,7 +11,7 @@
 import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
-import type { RedisTier } from '../../src/cache/redis-tier.js';
+import type { RedisTier } from '../../src/cache/redis/tier.js';
 import type { Config } from '../../src/config/schema.js';
 import type { DeepPartial, TestProxy } from '../helpers/proxy.js';
 import { readGauge } from '../helpers/metrics.js';

@@ -9,15 +9,15 @@
  * written under the key it is read from and is something tm-cache would store (codec.ts,
  * entry.ts): checked once here, when read back, never on a memory hit.
  */
-import { DEFAULT_MAX_ENTRY_BYTES } from '../config/schema.js';
-import type { SharedTierBudget } from './budget.js';
+import { DEFAULT_MAX_ENTRY_BYTES } from '../../config/schema.js';
+import type { SharedTierBudget } from '../budget.js';
 import { boundClaims } from './claims.js';
 import { encodeEntry, openEntry, type ClaimCheck } from './codec.js';
-import { bodyLengthOf, expiresAt, type CacheEntry } from './entry.js';
-import { describeKey } from './key.js';
-import type { ClaimLimits } from './policy.js';
-import type { RedisConnection, RedisFailureStats } from './redis-connection.js';
-import type { CacheTier } from './tier.js';
+import { bodyLengthOf, expiresAt, type CacheEntry } from '../entry.js';
+import { describeKey } from '../key.js';
+import type { ClaimLimits } from '../policy.js';
+import type { RedisConnection, RedisFailureStats } from './connection.js';
+import type { CacheTier } from '../tier.js';
 
 export interface RedisTierOptions {
   /** Entries with a larger body are not stored. */

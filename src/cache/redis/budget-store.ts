@@ -29,8 +29,8 @@ import {
   type LeaseReply,
   type LeaseRequest,
   type PauseReply,
-} from '../upstream/budget-store.js';
-import type { RedisConnection, RedisScript } from './redis-connection.js';
+} from '../../upstream/budget-store.js';
+import type { RedisConnection, RedisScript } from './connection.js';
 
 /** An idle fleet's bucket is forgotten after this (ms): it then starts again from its shape. */
 export const BUDGET_IDLE_EXPIRY_MS = 3_600_000;

@@ -23,14 +23,14 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, ReplyError, type Redis } from 'ioredis';
-import { DEFAULT_BREAKER_COOLDOWN_MS, DEFAULT_BREAKER_THRESHOLD, DEFAULT_KEY_PREFIX } from '../config/schema.js';
+import { DEFAULT_BREAKER_COOLDOWN_MS, DEFAULT_BREAKER_THRESHOLD, DEFAULT_KEY_PREFIX } from '../../config/schema.js';
 import { CircuitBreaker, redisFailureInWords } from './breaker.js';
-import type { SharedTierBudget } from './budget.js';
+import type { SharedTierBudget } from '../budget.js';
 import { deriveMacKey, type Decoded, type ValueGuard } from './codec.js';
 import { FailureLog, silentLogger, type FailureCounts, type TierLogger } from './failure-log.js';
-import { describeRedisKey } from './key.js';
+import { describeRedisKey } from '../key.js';
 import { assertKeyring, type Keyring } from './keyring.js';
-import { createRedisClient, type RedisClient, type RedisConnectionOptions } from './redis-client.js';
+import { createRedisClient, type RedisClient, type RedisConnectionOptions } from './client.js';
 
 export interface RedisConnectionSettings extends RedisConnectionOptions {
   /** Prepended to every key and to the invalidation channel; default `tmc:`. */

@@ -18,10 +18,10 @@
  * - Bounded: at most `MAX_USERS` users are remembered (lru-cache); forgetting one costs a fill.
  */
 import { LRUCache } from 'lru-cache';
-import { AREAS, EXPAND_AREAS, type Area } from '../api/catalogue.js';
-import type { CanonicalRequest } from '../api/normalize.js';
-import type { SharedTierBudget } from '../cache/budget.js';
-import type { InvalidationBus } from '../cache/invalidation.js';
+import { AREAS, EXPAND_AREAS, type Area } from '../../api/catalogue.js';
+import type { CanonicalRequest } from '../../api/normalize.js';
+import type { SharedTierBudget } from '../../cache/budget.js';
+import type { InvalidationBus } from '../../cache/invalidation.js';
 import type { SharedStore } from './identity.js';
 
 export interface AreaGrantsOptions {

@@ -9,8 +9,8 @@
  * The header is the upstream's word, and a hostile or broken one (`Retry-After: 99999999999`, a
  * date years ahead) must not lock a user out until restart nor tell a client to wait for ever.
  */
-import type { UpstreamResponse } from '../upstream/client.js';
-import { parseRetryAfterMs } from '../upstream/client.js';
+import type { UpstreamResponse } from '../../upstream/client.js';
+import { parseRetryAfterMs } from '../../upstream/client.js';
 
 export class RetryAfterGate {
   readonly #until = new Map<number, number>();

@@ -11,7 +11,7 @@
  * SUBSCRIBE until connected and re-subscribes after every reconnect (ioredis autoResubscribe).
  */
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
-import { DEFAULT_COMMAND_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, type RedisMode } from '../config/schema.js';
+import { DEFAULT_COMMAND_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, type RedisMode } from '../../config/schema.js';
 
 export type RedisClient = Redis | Cluster;
 export type ConnectionRole = 'commands' | 'subscriber';

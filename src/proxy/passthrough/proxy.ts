@@ -17,10 +17,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import httpProxy from '@fastify/http-proxy';
 import type { Logger } from 'pino';
-import type { Config } from '../config/schema.js';
-import { toUpstreamError } from '../upstream/client.js';
-import { capRetryAfter } from './retry-after.js';
-import { upstreamFailureBody } from './served.js';
+import type { Config } from '../../config/schema.js';
+import { toUpstreamError } from '../../upstream/client.js';
+import { capRetryAfter } from '../callers/retry-after.js';
+import { upstreamFailureBody } from '../respond/served.js';
 
 export interface PassthroughOptions {
   readonly now: () => number;

@@ -13,8 +13,8 @@
  * | 401 to a project access confirmation | the token's identity is forgotten, here and on every replica |
  * | 401, 403, 404 to a fill or confirmation of a project's shared answer (gate `member`) | that user's confirmation and grants of the project are dropped, here and on every replica (access-grants.ts); the shared entry never is: one member's refusal must not evict a team's cache |
  */
-import type { EntryGate } from './decide.js';
-import type { Caller } from './identity.js';
+import type { EntryGate } from '../decide.js';
+import type { Caller } from './caller.js';
 
 /** What the rules act on: the identity resolver and the cache. */
 export interface AccessTargets {

@@ -35,7 +35,7 @@
 import { createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
 import { promisify } from 'node:util';
 import * as zlib from 'node:zlib';
-import { bodyLengthOf, gzipEtagOf, whyNotStorable, type CacheEntry, type StoredMeta } from './entry.js';
+import { bodyLengthOf, gzipEtagOf, whyNotStorable, type CacheEntry, type StoredMeta } from '../entry.js';
 import { openSealed, seal, sealedKeyId, type Keyring } from './keyring.js';
 
 export type { Keyring } from './keyring.js';

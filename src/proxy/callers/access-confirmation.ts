@@ -26,13 +26,14 @@
  * - An answer that is not the API's (a 200 SSO or maintenance page: not JSON) is no verdict,
  *   as for fills and GET /user: the entry is not served on its word.
  */
-import type { SharedTierBudget } from '../cache/budget.js';
-import type { CacheEntry } from '../cache/entry.js';
-import type { Scope } from '../cache/key.js';
-import { SharedFill } from '../cache/shared-fill.js';
-import { answerFailure, classifyAnswer } from '../upstream/answer.js';
-import { UPSTREAM_HEADERS, toUpstreamError, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
-import type { Caller, SharedStore } from './identity.js';
+import type { SharedTierBudget } from '../../cache/budget.js';
+import type { CacheEntry } from '../../cache/entry.js';
+import type { Scope } from '../../cache/key.js';
+import { SharedFill } from '../../cache/shared-fill.js';
+import { answerFailure, classifyAnswer } from '../../upstream/answer.js';
+import { UPSTREAM_HEADERS, toUpstreamError, type Upstream, type UpstreamError, type UpstreamResponse } from '../../upstream/client.js';
+import type { SharedStore } from './identity.js';
+import type { Caller } from './caller.js';
 
 export type Confirmation =
   | { readonly kind: 'confirmed' }

@@ -6,8 +6,8 @@
  * `{ kind: 'all', missed: true }` once it listens again (invalidation.ts).
  */
 import { randomUUID } from 'node:crypto';
-import type { InvalidationBus, InvalidationListener, InvalidationMessage } from './invalidation.js';
-import type { RedisConnection } from './redis-connection.js';
+import type { InvalidationBus, InvalidationListener, InvalidationMessage } from '../invalidation.js';
+import type { RedisConnection } from './connection.js';
 
 export class RedisInvalidationBus implements InvalidationBus {
   /** This replica's id, sent with each message so it can ignore its own. */

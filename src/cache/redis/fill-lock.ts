@@ -7,11 +7,11 @@
  * others by at most its TTL; only the holder's token releases it; and when Redis cannot answer,
  * `claim` grants nothing and `waitFor` returns at once, so every replica fills by itself.
  */
-import type { SharedTierBudget } from './budget.js';
-import { isFresh, type CacheEntry } from './entry.js';
-import { newLock, STILL_LOCKED, type RedisConnection } from './redis-connection.js';
-import type { RedisTier } from './redis-tier.js';
-import type { LockClaim, SharedLock } from './shared-fill.js';
+import type { SharedTierBudget } from '../budget.js';
+import { isFresh, type CacheEntry } from '../entry.js';
+import { newLock, STILL_LOCKED, type RedisConnection } from './connection.js';
+import type { RedisTier } from './tier.js';
+import type { LockClaim, SharedLock } from '../shared-fill.js';
 
 const SCRIPTS = {
   // The stored entry with whether the lock is still held ({entry, 0|1}); else -1 while the lock

@@ -1,6 +1,6 @@
 /**
  * Small JSON values every replica shares (identities and access decisions: the `SharedStore`
- * of src/proxy/identity.ts), bound to their Redis key like every value in Redis (codec.ts).
+ * of src/proxy/callers/identity.ts), bound to their Redis key like every value in Redis (codec.ts).
  *
  * Invariants: keys must already be HMACs, never raw credentials; a value that cannot be read
  * (Redis down, another keyring, corrupt JSON) is `undefined`, counted, never thrown; so is one
@@ -12,10 +12,10 @@
  * lock does for entries (redis-fill-lock.ts). A lock expires by itself; when Redis cannot
  * answer, nobody holds one and nobody waits.
  */
-import type { SharedTierBudget } from './budget.js';
+import type { SharedTierBudget } from '../budget.js';
 import { encodeValue, openValue } from './codec.js';
-import { STILL_LOCKED, type RedisConnection } from './redis-connection.js';
-import type { SharedLock } from './shared-fill.js';
+import { STILL_LOCKED, type RedisConnection } from './connection.js';
+import type { SharedLock } from '../shared-fill.js';
 
 /** What a reader adds to a lookup: its request's budget, and the shape it accepts. */
 export interface SharedReadOptions {

@@ -22,25 +22,16 @@
  * token, and every replica drops the memo entries of that credential.
  */
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
-import type { SharedTierBudget } from '../cache/budget.js';
-import type { InvalidationBus, InvalidationMessage } from '../cache/invalidation.js';
-import { hmacCredential, userScope, type Scope } from '../cache/key.js';
-import { SharedFill, type ShareWrite, type SharedFillJob, type SharedLock } from '../cache/shared-fill.js';
-import { answerFailure, classifyAnswer } from '../upstream/answer.js';
-import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../upstream/client.js';
+import type { SharedTierBudget } from '../../cache/budget.js';
+import type { InvalidationBus, InvalidationMessage } from '../../cache/invalidation.js';
+import { hmacCredential, userScope } from '../../cache/key.js';
+import { SharedFill, type ShareWrite, type SharedFillJob, type SharedLock } from '../../cache/shared-fill.js';
+import { answerFailure, classifyAnswer } from '../../upstream/answer.js';
+import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse } from '../../upstream/client.js';
 import { IdentityMemo, normalizeAuthorization, type IdentityMemoOptions } from './identity-memo.js';
 import type { RetryAfterGate } from './retry-after.js';
+import type { Caller } from './caller.js';
 
-export interface Caller {
-  readonly userId: number;
-  readonly scope: Scope;
-  /** HMAC of the credential: the only form of it that may be logged, shared or stored. */
-  readonly credentialId: string;
-  /** The identity is trusted until then; past it, it is only good to serve stale entries while upstream fails. */
-  readonly verifiedUntil: number;
-  /** Verified site admin until then (0: not verified). */
-  adminUntil: number;
-}
 
 export type IdentityResult =
   | { readonly kind: 'caller'; readonly caller: Caller; readonly via?: 'shared' | 'upstream' }

@@ -12,9 +12,9 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { makeErrorBody } from '../api/errors.js';
-import { pathOf } from '../ops/recorder.js';
-import type { Handler } from './pipeline.js';
+import { makeErrorBody } from '../../api/errors.js';
+import { pathOf } from '../../ops/recorder.js';
+import type { Handler } from '../pipeline.js';
 
 /** `.` or `..` as a whole segment, plain or percent-encoded; or a slash that is not a plain `/`. */
 const AMBIGUOUS_PATH = /(?:^|[/\\])(?:\.|%2e){1,2}(?:[/\\]|$)|\\|%2f|%5c/i;

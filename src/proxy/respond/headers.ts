@@ -3,8 +3,8 @@
  * conditional requests with `ETag`/`If-None-Match` (RFC 9110 §13.1.2), so polling dashboards get a
  * body-less 304 when nothing changed.
  */
-import { ttlSeconds, type CacheEntry } from '../cache/entry.js';
-import type { CacheOutcome } from '../cache/outcome.js';
+import { ttlSeconds, type CacheEntry } from '../../cache/entry.js';
+import type { CacheOutcome } from '../../cache/outcome.js';
 
 export const CACHE_NAME = 'tm-cache';
 

@@ -3,10 +3,10 @@
  * upstream answer relayed as it is, or an answer made locally (validation, rate limit, upstream
  * failure). Every stage produces one of these and `writer.ts` alone turns it into bytes.
  */
-import type { ErrorBody } from '../api/errors.js';
-import type { CacheEntry } from '../cache/entry.js';
-import type { CacheOutcome } from '../cache/outcome.js';
-import type { UpstreamError, UpstreamResponse } from '../upstream/client.js';
+import type { ErrorBody } from '../../api/errors.js';
+import type { CacheEntry } from '../../cache/entry.js';
+import type { CacheOutcome } from '../../cache/outcome.js';
+import type { UpstreamError, UpstreamResponse } from '../../upstream/client.js';
 
 export type Served =
   | { readonly kind: 'entry'; readonly entry: CacheEntry; readonly outcome: CacheOutcome }

@@ -7,12 +7,12 @@
  * Ownership: the roles borrow the connection; `close()` here lets the tier's pending writes
  * land, then disconnects. Close the TieredCache using the tier first (it stops listening).
  */
-import { RedisInvalidationBus } from './redis-bus.js';
-import { RedisBudgetStore } from './redis-budget-store.js';
-import { RedisConnection, type RedisConnectionSettings } from './redis-connection.js';
-import { RedisFillLock } from './redis-fill-lock.js';
-import { RedisSharedStore } from './redis-shared-store.js';
-import { RedisTier, type RedisTierOptions } from './redis-tier.js';
+import { RedisInvalidationBus } from './bus.js';
+import { RedisBudgetStore } from './budget-store.js';
+import { RedisConnection, type RedisConnectionSettings } from './connection.js';
+import { RedisFillLock } from './fill-lock.js';
+import { RedisSharedStore } from './shared-store.js';
+import { RedisTier, type RedisTierOptions } from './tier.js';
 
 /** The connection's settings (redis-connection.ts), and the tier's own (its size limit, its clock). */
 export interface RedisRolesOptions extends RedisConnectionSettings, RedisTierOptions {}

@@ -5,8 +5,8 @@
  * on every invalidation its key names. An entry that claims to have been stored in the future
  * (beyond a clock skew between replicas) is refused: its bounds would start there.
  */
-import type { StoredMeta } from './entry.js';
-import type { ClaimLimits } from './policy.js';
+import type { StoredMeta } from '../entry.js';
+import type { ClaimLimits } from '../policy.js';
 
 /** Replicas' clocks may disagree by this much; an entry stored later than that is not believed. */
 export const MAX_CLOCK_SKEW_MS = 60_000;

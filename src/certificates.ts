@@ -18,9 +18,9 @@ import type { ServerOptions } from 'node:https';
 import { dirname } from 'node:path';
 import type { SecureContextOptions, Server as TlsServer } from 'node:tls';
 import type { Logger } from 'pino';
-import { ConfigError } from '../config/errors.js';
-import { noticeLogger } from '../config/reload.js';
-import { readTlsMaterial, type CertificateReloadResult, type TlsMaterial, type TlsSettings } from '../config/tls-files.js';
+import { ConfigError } from './config/errors.js';
+import { noticeLogger } from './config/reload.js';
+import { readTlsMaterial, type CertificateReloadResult, type TlsMaterial, type TlsSettings } from './config/tls-files.js';
 
 /** Which listener: the proxy port may require client certificates, the management port never does. */
 export type Listener = 'proxy' | 'management';

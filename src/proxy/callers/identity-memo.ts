@@ -13,9 +13,9 @@
  * Only HMACs key the last two; the clear credential is only ever a key of the first, in this heap.
  */
 import { LRUCache } from 'lru-cache';
-import type { UpstreamResponse } from '../upstream/client.js';
-import { BoundedMemo, type MemoStats } from './bounded-memo.js';
-import type { Caller } from './identity.js';
+import type { UpstreamResponse } from '../../upstream/client.js';
+import { BoundedMemo, type MemoStats } from '../bounded-memo.js';
+import type { Caller } from './caller.js';
 
 export interface IdentityMemoOptions {
   readonly maxEntries: number;

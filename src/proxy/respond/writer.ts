@@ -16,11 +16,11 @@
  * saved), for the record: no object per request to say it.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { makeErrorBody } from '../api/errors.js';
-import { ageSeconds, readBody, ttlSeconds, type CacheEntry } from '../cache/entry.js';
-import type { CacheOutcome } from '../cache/outcome.js';
+import { makeErrorBody } from '../../api/errors.js';
+import { ageSeconds, readBody, ttlSeconds, type CacheEntry } from '../../cache/entry.js';
+import type { CacheOutcome } from '../../cache/outcome.js';
 import { acceptsGzip, representationHeaders, type Representation } from './encoding.js';
-import type { EntryGate } from './decide.js';
+import type { EntryGate } from '../decide.js';
 import { cacheStatus, matchesIfNoneMatch, type SharedKey } from './headers.js';
 import { localAnswer, relayedHeaders, type Served } from './served.js';
 

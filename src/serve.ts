@@ -5,34 +5,35 @@
  * then connections, Redis and the upstream pool close.
  */
 import { randomBytes } from 'node:crypto';
-import { ConfigError } from '../config/errors.js';
-import { MAKE_SECRET_HINT, usesRedis } from '../config/relations.js';
+import { ConfigError } from './config/errors.js';
+import { MAKE_SECRET_HINT, usesRedis } from './config/relations.js';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { applyReloadable } from '../config/reload.js';
-import { decodeSecret } from '../config/secrets.js';
-import type { Config } from '../config/schema.js';
-import { deriveIdentitySecret } from '../cache/codec.js';
-import { MemoryTier } from '../cache/memory-tier.js';
-import { claimLimitsOf } from '../cache/policy.js';
-import { createRedisRoles, type RedisRoles } from '../cache/redis.js';
-import { TieredCache, type RemoteClear, type TierList } from '../cache/tiered.js';
-import type { Keyring } from '../cache/keyring.js';
-import type { HostPort } from '../cache/redis-client.js';
-import { createMetrics, type Metrics } from '../ops/metrics.js';
-import { buildManagement, type ReadinessCheck } from '../ops/management.js';
-import { Recorder } from '../ops/recorder.js';
-import { IDENTITY_OPERATION, RequestStats } from '../ops/stats.js';
-import { observeUpstream, UpstreamHealth, type UpstreamObserver } from '../ops/upstream-health.js';
-import { VERSION } from '../version.js';
-import { UPSTREAM_HEADERS, UpstreamClient } from '../upstream/client.js';
-import { budgetShapeOf } from '../upstream/budget-store.js';
-import { FleetBudget } from '../upstream/fleet-budget.js';
-import { buildProxy } from './app.js';
+import { applyReloadable } from './config/reload.js';
+import { decodeSecret } from './config/secrets.js';
+import type { Config } from './config/schema.js';
+import { deriveIdentitySecret } from './cache/redis/codec.js';
+import { MemoryTier } from './cache/memory-tier.js';
+import { claimLimitsOf } from './cache/policy.js';
+import { createRedisRoles, type RedisRoles } from './cache/redis/roles.js';
+import { TieredCache, type RemoteClear, type TierList } from './cache/tiered.js';
+import type { Keyring } from './cache/redis/keyring.js';
+import type { HostPort } from './cache/redis/client.js';
+import { createMetrics, type Metrics } from './ops/metrics.js';
+import { buildManagement } from './ops/management.js';
+import { Recorder } from './ops/recorder.js';
+import { IDENTITY_OPERATION, RequestStats } from './ops/stats.js';
+import { observeUpstream, UpstreamHealth, type UpstreamObserver } from './ops/upstream-health.js';
+import { VERSION } from './version.js';
+import { UPSTREAM_HEADERS, UpstreamClient } from './upstream/client.js';
+import { budgetShapeOf } from './upstream/budget-store.js';
+import { FleetBudget } from './upstream/fleet-budget.js';
+import { buildProxy } from './proxy/app.js';
 import { ServedCertificates } from './certificates.js';
-import type { ReloadResult } from '../config/reload.js';
+import type { ReloadResult } from './config/reload.js';
 import type { Server as TlsServer } from 'node:tls';
-import { usesTls } from '../config/tls-files.js';
+import { usesTls } from './config/tls-files.js';
+import type { ReadinessCheck } from './ops/readiness.js';
 
 export interface RunningProxy {
   readonly url: string;
@@ -112,7 +113,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     cache,
     upstream,
     identityUpstream,
-    gauge: (name, help, read) => metrics.gauge(name, help, read),
+    watchMemos: (read) => metrics.watchMemos(read),
     logger,
     hmacSecret,
     shared: redis?.sharedStore,
@@ -128,23 +129,21 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     budget,
   });
   const app = proxy.app;
-  metrics.gauge('tm_cache_memory_entries', 'Entries in the memory tier.', () => cache.memory.stats().entries);
-  metrics.gauge('tm_cache_memory_bytes', 'Bytes held by the memory tier.', () => cache.memory.stats().bytes);
-  metrics.gauge('tm_cache_memory_max_bytes', 'The memory tier\'s bound (cache.memory.maxBytes).', () => cache.memory.maxBytes);
-  metrics.gauge('tm_cache_upstream_active', 'Upstream requests in flight.', () => client.load.active);
-  metrics.gauge('tm_cache_upstream_queued', 'Upstream requests waiting for a slot.', () => client.load.queued);
-  metrics.gauge('tm_cache_upstream_up', 'The upstream\'s last known state: 1 it answered, 0 it did not (refused, reset, timed out).', () => (health.state === 'down' ? 0 : 1));
-  metrics.gauge('tm_cache_identity_upstream_active', 'Identity look-ups (GET /user) in flight.', () => identityUpstream.load.active);
-  metrics.gauge('tm_cache_identity_upstream_queued', 'Identity look-ups waiting for a slot.', () => identityUpstream.load.queued);
+  metrics.watchServing({
+    memory: () => cache.memory.stats(),
+    memoryMaxBytes: () => cache.memory.maxBytes,
+    upstream: () => client.load,
+    upstreamUp: () => health.state !== 'down',
+    identityUpstream: () => identityUpstream.load,
+  });
   if (redis) {
-    metrics.counter('tm_cache_redis_errors_total', 'Redis errors, timeouts, disconnections and calls skipped while it was unavailable.', () => redis.connection.stats().errors);
-    metrics.counter('tm_cache_redis_rejected_total', 'Values read from Redis that did not verify under their key (another secret, altered, copied) or were invalid: misses, left in Redis.', () => rejectedOf(redis));
-    metrics.gauge('tm_cache_redis_up', '1 while Redis is usable, 0 while it is degraded (down, reconnecting, breaker open).', () => (redis.connection.degradedReason() === undefined ? 1 : 0));
+    metrics.watchRedis({
+      errors: () => redis.connection.stats().errors,
+      rejected: () => rejectedOf(redis),
+      up: () => redis.connection.degradedReason() === undefined,
+    });
   }
-
-  if (certificates) {
-    metrics.gauge('tm_cache_tls_certificate_expiry_timestamp_seconds', 'When the TLS certificate served expires (seconds since the epoch): alert well before it.', () => certificates.notAfterMs / 1_000);
-  }
+  if (certificates) metrics.watchCertificate(() => certificates.notAfterMs);
 
   // Redis down is a degradation, not an outage: the memory tier keeps serving.
   const redisCheck: ReadinessCheck | undefined = redis && {

@@ -6,8 +6,8 @@
  * value: the hit path pays one Map lookup, not a parse.
  */
 import { LRUCache } from 'lru-cache';
-import { lacksGzipVariant } from '../cache/codec.js';
-import type { CacheEntry } from '../cache/entry.js';
+import { lacksGzipVariant } from '../../cache/redis/codec.js';
+import type { CacheEntry } from '../../cache/entry.js';
 
 /** Distinct Accept-Encoding values remembered; past that the least recently seen is forgotten (never all at once). */
 const MAX_VERDICTS = 1_000;
