@@ -59,7 +59,7 @@ export const PER_PAGE_VALUES = [15, 25, 50, 100] as const;
 export const DEFAULT_PER_PAGE = 100;
 export const DEFAULT_ORDER = 'desc';
 /** Status ids run from 1 to 25 (spec, Limits). */
-export const MAX_STATUS_ID = 25;
+const MAX_STATUS_ID = 25;
 
 /** The kind of a query parameter decides how it is parsed, validated and canonicalized. */
 export type ParamSpec =
@@ -75,7 +75,6 @@ export type ParamSpec =
   /** Comma list of free-form strings (tags). */
   | { readonly name: string; readonly kind: 'string_list' };
 
-export type ParamKind = ParamSpec['kind'];
 
 export type ResourceName =
   | 'current_user'
@@ -361,10 +360,6 @@ export function getOperation(id: OperationId): Operation {
   const op = BY_ID.get(id);
   if (!op) throw new Error(`unknown operation ${id}`);
   return op;
-}
-
-export function paramSpec(op: Operation, name: string): ParamSpec | undefined {
-  return op.params.find((p) => p.name === name);
 }
 
 

@@ -43,7 +43,7 @@ export interface CanonicalRequest {
 }
 
 /** Splits a raw query string into name → values, keeping repeated keys in order. */
-export function parseQueryString(raw: string): Map<string, string[]> {
+function parseQueryString(raw: string): Map<string, string[]> {
   const out = new Map<string, string[]>();
   if (raw.startsWith('?')) raw = raw.slice(1);
   if (raw === '') return out;
@@ -250,7 +250,7 @@ function parseIdList(name: string, min: number, max: number | undefined, items: 
 
 const INTEGER_RE = /^-?[0-9]{1,15}$/;
 
-export function parseInteger(v: string): number | undefined {
+function parseInteger(v: string): number | undefined {
   return INTEGER_RE.test(v) ? Number(v) : undefined;
 }
 

@@ -104,7 +104,7 @@ export function ttlSeconds(entry: CacheEntry, now: number): number {
  * An entry read back from a shared store is checked against them before it can reach a socket
  * (CONVENTIONS: "A value knows where it belongs"): node's writeHead throws on anything else.
  */
-export const STORED_STATUSES: ReadonlySet<number> = new Set([200]);
+const STORED_STATUSES: ReadonlySet<number> = new Set([200]);
 /**
  * Headers of the instance's answer that `cache.storedHeaders` may keep in an entry, beside the
  * ones tm-cache makes itself: what a browser dashboard needs to read a cross-origin answer (CORS,
@@ -125,7 +125,7 @@ export const KEEPABLE_HEADER_NAMES = [
 export type KeepableHeaderName = (typeof KEEPABLE_HEADER_NAMES)[number];
 /** `cache.storedHeaders`' default: the CORS headers a browser checks on an answer. */
 export const DEFAULT_STORED_HEADERS: readonly KeepableHeaderName[] = KEEPABLE_HEADER_NAMES.filter((name) => name.startsWith('access-control-'));
-export const STORED_HEADER_NAMES: ReadonlySet<string> = new Set(['content-type', 'etag', 'cache-control', 'vary', ...KEEPABLE_HEADER_NAMES]);
+const STORED_HEADER_NAMES: ReadonlySet<string> = new Set(['content-type', 'etag', 'cache-control', 'vary', ...KEEPABLE_HEADER_NAMES]);
 
 /** RFC 9110 §5.5 field-value, VCHAR only (no obs-text), inner SP/HTAB: no CR, LF or NUL can pass. */
 export const FIELD_VALUE = /^[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?$/;

@@ -14,7 +14,7 @@ import type { CanonicalRequest } from '../api/normalize.js';
 /** Bump when the stored form or the meaning of a key changes: old entries simply stop matching. */
 export const KEY_VERSION = 'v1';
 /** Canonical queries longer than this are hashed to keep keys short. */
-export const MAX_INLINE_QUERY_CHARS = 96;
+const MAX_INLINE_QUERY_CHARS = 96;
 
 /** A user's own (`u:42`), the verified admins' (`admin`), or one project's, shared by its proven members (`p:4`: `cache.sharing: project`). */
 export type Scope = `u:${number}` | 'admin' | `p:${number}`;
@@ -32,7 +32,7 @@ export function projectScope(projectId: number): Scope {
 /** What a log line, a Cache-Status or /admin/entries says of a scope: its kind, never the id in it. */
 export type ScopeKind = 'user' | 'admin' | 'project' | 'other';
 
-export function scopeKind(scope: string): ScopeKind {
+function scopeKind(scope: string): ScopeKind {
   if (scope.startsWith('u:')) return 'user';
   if (scope.startsWith('p:')) return 'project';
   return scope === ADMIN_SCOPE ? 'admin' : 'other';

@@ -32,7 +32,7 @@ export interface PendingOptions {
 }
 
 /** Invalidations waiting at most; beyond, they become one pending purge of everything. */
-export const MAX_PENDING = 1_000;
+const MAX_PENDING = 1_000;
 /** The first retry comes this soon after a failed attempt, then twice as late each round... */
 const RETRY_FIRST_MS = 25;
 /** ...up to this: a Redis that is down costs one round of attempts per 5 s. */

@@ -53,7 +53,7 @@ export type RemoteClear = 'purged-by-another-replica' | 'invalidations-missed';
  * Long enough to outlast a stall of Redis of a few hundred ms (a failover, a `CLIENT PAUSE`)
  * many command timeouts over, short enough for an operator's purge to answer.
  */
-export const INVALIDATION_WAIT_MS = 2_000;
+const INVALIDATION_WAIT_MS = 2_000;
 
 /** What an invalidation dropped, and what it could not reach within the wait (retried in the background). */
 export interface Invalidated {

@@ -40,7 +40,7 @@ export const CONFIG_FILE_FLAG = '--config';
 export const CONFIG_FILE_ENV = 'TM_CACHE_CONFIG';
 const FLAGS = [...CONFIG_OVERRIDES.flatMap((o) => (o.flag === undefined ? [] : [o.flag])), CONFIG_FILE_FLAG];
 
-export const NO_UPSTREAM_MESSAGE =
+const NO_UPSTREAM_MESSAGE =
   'no upstream: set --upstream URL or TM_CACHE_UPSTREAM, or run `tm-cache demo` to try it against the built-in emulator';
 
 /** `serve` needs an upstream; `loadConfig` leaves that decision to the command. */

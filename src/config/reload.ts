@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import type { Config } from './schema.js';
 
 /** Setting paths (or their sections, ending in `.`) that a reload applies. */
-export const RELOADABLE: readonly string[] = [
+const RELOADABLE: readonly string[] = [
   'cache.freshness.',
   'cache.staleIfErrorMs',
   'server.logLevel',
@@ -30,12 +30,12 @@ export const RELOADABLE: readonly string[] = [
   'health.requireUpstream',
 ];
 
-export function isReloadable(path: string): boolean {
+function isReloadable(path: string): boolean {
   return RELOADABLE.some((p) => (p.endsWith('.') ? path.startsWith(p) : path === p));
 }
 
 /** The leaf settings whose values differ, as dotted paths (an open map counts as one leaf per key). */
-export function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
+function changedSettings(a: unknown, b: unknown, prefix = ''): string[] {
   if (isPlainObject(a) && isPlainObject(b)) {
     const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
     return keys.flatMap((k) => changedSettings(a[k], b[k], prefix === '' ? k : `${prefix}.${k}`));
@@ -50,7 +50,7 @@ export interface ReloadPlan {
   readonly needRestart: string[];
 }
 
-export function planReload(current: Config, next: Config): ReloadPlan {
+function planReload(current: Config, next: Config): ReloadPlan {
   const changed = changedSettings(current, next);
   return { applied: changed.filter(isReloadable), needRestart: changed.filter((p) => !isReloadable(p)) };
 }
@@ -89,7 +89,7 @@ export interface Reconfigurable {
   countReload?(result: ReloadResult): void;
 }
 
-export function resultOf(plan: ReloadPlan): ReloadResult {
+function resultOf(plan: ReloadPlan): ReloadResult {
   return plan.applied.length > 0 ? 'applied' : plan.needRestart.length > 0 ? 'restart_needed' : 'unchanged';
 }
 
@@ -108,7 +108,7 @@ export function noticeLogger(logger: Logger): Logger {
  * load or validate changes nothing: its problems are logged (never a value) and the running config stays.
  * Either way the line is written at warn or above (`noticeLogger`), after the new log level is set.
  */
-export async function reload(load: () => Promise<Config>, running: Reconfigurable, logger: Logger): Promise<ReloadPlan | undefined> {
+async function reload(load: () => Promise<Config>, running: Reconfigurable, logger: Logger): Promise<ReloadPlan | undefined> {
   let next: Config;
   try {
     next = await load();

@@ -27,7 +27,7 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
 export const DEFAULT_BREAKER_THRESHOLD = 3;
 export const DEFAULT_BREAKER_COOLDOWN_MS = 1_000;
 /** While Redis is down each replica keeps this share of the fleet's budget: four replicas stay within it. */
-export const DEFAULT_BUDGET_FALLBACK_SHARE = 0.25;
+const DEFAULT_BUDGET_FALLBACK_SHARE = 0.25;
 
 /** The resources of the catalogue: a `byResource` key must be one of them. */
 export const RESOURCE_NAMES: readonly ResourceName[] = (Object.keys(RESOURCES) as ResourceName[]).sort();
@@ -205,7 +205,6 @@ type DeepReadonly<T> = T extends readonly (infer U)[]
 
 export type Config = DeepReadonly<Static<typeof ConfigSchema>>;
 export type FreshnessRule = DeepReadonly<Static<ReturnType<typeof freshnessRule>>>;
-export type LogLevel = Config['server']['logLevel'];
 export type RedisMode = Config['cache']['redis']['mode'];
 export type Sharing = Config['cache']['sharing'];
 

@@ -134,7 +134,7 @@ function parseConfigText(text: string, path: string, problems: string[]): Layer 
  * everything from the first quoted or YAML-syntax fragment on is cut (`Unresolved alias (...):
  * <the alias>`, `Unresolved plain scalar "<text>"`, `The !<tag> tag has no suffix`).
  */
-export function yamlReason(error: unknown): string {
+function yamlReason(error: unknown): string {
   const message = error instanceof Error ? error.message : String(error);
   const generic = message.split(/[:"'!*&`]/, 1)[0]!.trim();
   const code = error instanceof YAMLError ? ` (${error.code})` : '';

@@ -14,7 +14,7 @@ import { HttpError, runOperation } from './operations.js';
 import type { EmulatorState } from './state.js';
 import { MALFORMED_ROUTE, UNMATCHED_ROUTE } from './stats.js';
 
-export const JSON_TYPE = 'application/json; charset=utf-8';
+const JSON_TYPE = 'application/json; charset=utf-8';
 const READ_METHODS = new Set(['GET', 'HEAD']);
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 

@@ -22,7 +22,7 @@ export function emulatorState(app: FastifyInstance): EmulatorState | undefined {
   return STATES.get(app);
 }
 
-export function assertEmulatorOptions(opts: EmulatorOptions): void {
+function assertEmulatorOptions(opts: EmulatorOptions): void {
   if (!Number.isSafeInteger(opts.seed)) throw new Error(`emulator seed must be an integer, got ${String(opts.seed)}`);
   if (!SCALES.includes(opts.scale)) throw new Error(`emulator scale must be one of ${SCALES.join(', ')}, got ${String(opts.scale)}`);
 }

@@ -11,7 +11,7 @@ import { FaultsSchema, type Faults } from './faults.js';
 import { MutationSchema, applyMutation } from './mutations.js';
 import type { EmulatorState } from './state.js';
 
-export const CONTROL_PREFIX = '/__emulator';
+const CONTROL_PREFIX = '/__emulator';
 
 function answer(reply: FastifyReply, run: () => unknown): FastifyReply {
   try {

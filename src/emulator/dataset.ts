@@ -18,7 +18,7 @@ interface Sizes {
 }
 
 /** medium ≈ 10× small and large ≈ 100× small for the work; people and projects grow slower. */
-export const SIZES: Readonly<Record<Scale, Sizes>> = {
+const SIZES: Readonly<Record<Scale, Sizes>> = {
   small: { users: 30, groups: 6, projects: 6, milestones: 48, runs: 360, sessions: 60, sources: 24, issues: 40 },
   medium: { users: 120, groups: 12, projects: 20, milestones: 480, runs: 3600, sessions: 600, sources: 240, issues: 400 },
   large: { users: 600, groups: 30, projects: 60, milestones: 4800, runs: 36000, sessions: 6000, sources: 2400, issues: 4000 },

@@ -41,7 +41,7 @@ export type FaultAction =
   | { readonly kind: 'error'; readonly status: number }
   | { readonly kind: 'none' };
 
-export const DEFAULT_ERROR_STATUS = 500;
+const DEFAULT_ERROR_STATUS = 500;
 
 export class FaultInjector {
   private faults: Faults = {};

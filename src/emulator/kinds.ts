@@ -39,7 +39,7 @@ const stampUsers = (x: { created_by: number | null; updated_by: number | null },
 };
 
 /** Statuses a counter array references: Untested when something is untested, else slot k → id k + 1. */
-export function counterStatuses(counts: Int32Array, add: Add): void {
+function counterStatuses(counts: Int32Array, add: Add): void {
   for (let k = 0; k < counts.length; k++) if (counts[k]! > 0) add(k + 1);
 }
 

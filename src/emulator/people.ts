@@ -12,13 +12,13 @@ import { DATASET_NOW_MS, HISTORY_MS, type Caller, type Group, type Project, type
 import type { Prng } from './prng.js';
 
 export const ADMIN_USER_ID = 1;
-export const CALLER_COUNT = 5;
+const CALLER_COUNT = 5;
 const DAY_MS = 24 * 3600 * 1000;
 /** Users, roles and projects predate the work in them: they are created in the first tenth of history. */
 const SETUP_START_MS = DATASET_NOW_MS - HISTORY_MS - 60 * DAY_MS;
 
 /** Project ids a fixed caller can see; undefined for users without fixed access. */
-export function fixedAccess(userId: number, projectCount: number): number[] | undefined {
+function fixedAccess(userId: number, projectCount: number): number[] | undefined {
   const all = Array.from({ length: projectCount }, (_, i) => i + 1);
   switch (userId) {
     case 1: return all;

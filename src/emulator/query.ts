@@ -51,7 +51,7 @@ function compileFilter<T>(world: World, kind: Kind<T>, name: string, value: Filt
 }
 
 /** Candidates (sorted by created_at ascending) → the filtered items in the requested order. */
-export function selectItems<T>(world: World, kind: Kind<T>, candidates: readonly T[], req: CanonicalRequest): T[] {
+function selectItems<T>(world: World, kind: Kind<T>, candidates: readonly T[], req: CanonicalRequest): T[] {
   const { created_after, created_before, ...rest } = req.filters;
   const [lo, hi] = createdRange(world, kind, candidates, created_after as number | undefined, created_before as number | undefined);
   const predicates = Object.entries(rest).map(([name, value]) => compileFilter(world, kind, name, value));
@@ -73,7 +73,7 @@ export function selectItems<T>(world: World, kind: Kind<T>, candidates: readonly
 }
 
 /** The list envelope with all eight fields, in the spec's order. */
-export function makeListBody<T>(world: World, kind: Kind<T>, items: readonly T[], req: CanonicalRequest): string {
+function makeListBody<T>(world: World, kind: Kind<T>, items: readonly T[], req: CanonicalRequest): string {
   const total = items.length;
   const perPage = req.perPage;
   const lastPage = total === 0 ? null : Math.ceil(total / perPage);

@@ -11,7 +11,7 @@ import {
   type AutomationSource, type Closable, type Group, type Milestone, type Project, type Role, type Run, type Session, type User,
 } from './model.js';
 
-export const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
 /** Resource kinds, plus `x:<expand type>` for expand objects. */
 export type MemoKind = 'user' | 'project' | 'run' | 'session' | 'milestone' | 'source' | 'role' | 'group' | `x:${string}`;

@@ -12,9 +12,9 @@ import { JsonMemo } from './serialize.js';
 import { RequestStats } from './stats.js';
 
 /** Each mutation happens one second after the previous one, starting at the dataset's "now". */
-export const MUTATION_STEP_MS = 1000;
+const MUTATION_STEP_MS = 1000;
 
-export class LogicalClock {
+class LogicalClock {
   private nowMs = DATASET_NOW_MS;
 
   tick(): number {

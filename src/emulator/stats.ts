@@ -20,7 +20,7 @@ export interface StatsSnapshot {
 }
 
 /** Key for requests that name no token at all. */
-export const NO_TOKEN = '(none)';
+const NO_TOKEN = '(none)';
 /** Route key for /api/v1 paths that match no operation. */
 export const UNMATCHED_ROUTE = '(unmatched)';
 /** Route key for catalogued paths whose id is malformed (`/runs/abc`): one key, not one per typo. */

@@ -38,7 +38,7 @@ export interface AccessFields {
 }
 
 /** A User-Agent longer than this is cut: a line per request must not carry a client's essay. */
-export const MAX_USER_AGENT_CHARS = 256;
+const MAX_USER_AGENT_CHARS = 256;
 
 interface Destination {
   write(line: string): unknown;

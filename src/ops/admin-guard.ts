@@ -25,7 +25,7 @@ import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 
 export const MAX_FAILURES = 10;
-export const FAILURE_WINDOW_MS = 60_000;
+const FAILURE_WINDOW_MS = 60_000;
 const LOG_EVERY_MS = 10_000;
 /** Source addresses remembered at most; an address forgotten starts a new window. */
 const MAX_SOURCES = 10_000;
@@ -48,7 +48,7 @@ export interface AdminRouteConfig {
 }
 
 /** What a viewer is told on a route that is not theirs: the rule, by name, and what to use instead. */
-export const VIEWER_REFUSED = {
+const VIEWER_REFUSED = {
   message: 'The viewer token (admin.viewerToken) is read-only: it may read GET /admin/stats and the status page, not this route. Use admin.token.',
   errors: { authorization: ['admin.viewerToken is read-only: only routes marked viewer (GET /admin/stats, GET /) accept it'] },
 };
@@ -109,7 +109,7 @@ export class AdminGuard {
 }
 
 /** Constant time whatever the lengths: both sides are hashed to 32 bytes first. */
-export function isAuthorized(header: string | undefined, token: string): boolean {
+function isAuthorized(header: string | undefined, token: string): boolean {
   if (header === undefined) return false;
   const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
   const given = createHash('sha256').update(match?.[1] ?? '').digest();

@@ -123,7 +123,7 @@ export function registerAdmin(app: FastifyInstance, deps: AdminDeps): void {
 type Purge = { kind: 'all' } | { kind: 'tag'; tag: string };
 
 /** Exactly one of tag, user_id, operation (+ ids), all. */
-export function parsePurge(body: unknown): Purge {
+function parsePurge(body: unknown): Purge {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new AdminInputError(400, { message: 'The body must be a JSON object: {"tag": ...}, {"user_id": ...}, {"operation": ..., "ids": {...}} or {"all": true}.', errors: {} });
   }

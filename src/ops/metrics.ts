@@ -19,7 +19,7 @@ import type { SharingEvents } from '../proxy/read-through.js';
 /** Status of an answer as a bounded label: 429 on its own (rate limiting is worth its own line). */
 export type StatusClass = '2xx' | '3xx' | '4xx' | '429' | '5xx' | 'error';
 
-export function statusClassOf(status: number | undefined): StatusClass {
+function statusClassOf(status: number | undefined): StatusClass {
   if (status === undefined) return 'error';
   if (status === 429) return '429';
   if (status < 300) return '2xx';

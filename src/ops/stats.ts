@@ -10,7 +10,6 @@
  */
 import type { OutcomeKind } from '../cache/outcome.js';
 
-export const OUTCOMES = ['hit', 'stale', 'miss', 'coalesced', 'bypass', 'error', 'passthrough'] as const;
 export type RecordedOutcome = OutcomeKind | 'passthrough';
 
 /** The row of identity look-ups (`GET /user` for a credential not known yet) in the operations table. */

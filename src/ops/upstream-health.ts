@@ -121,7 +121,7 @@ export function observeUpstream(upstream: UpstreamLane, health: UpstreamHealth, 
 }
 
 /** The catalogue operation of an upstream request path (query ignored), for a bounded label. */
-export function operationOfPath(path: string): string {
+function operationOfPath(path: string): string {
   const end = path.indexOf('?');
   try {
     return matchRoute(end === -1 ? path : path.slice(0, end))?.op.id ?? 'other';

@@ -351,7 +351,7 @@ export class ReadThrough {
 const COLLAPSED_INTO_REDIS_FILL: CacheOutcome = Object.freeze({ kind: 'coalesced', tier: 'redis', upstreamStatus: 200 });
 
 /** The instance itself failed, as opposed to tm-cache declining to ask it (`queue-full`, `closed`). */
-export function isInstanceFailure(err: UpstreamError): boolean {
+function isInstanceFailure(err: UpstreamError): boolean {
   return err.code === 'timeout' || err.code === 'connect' || err.code === 'reset';
 }
 
@@ -370,7 +370,7 @@ function staleForBudget(found: Found): Served {
 }
 
 /** `Cache-Status: ...; detail=budget`: a stale answer the budget deferred to (metrics count it). */
-export const BUDGET_DETAIL = 'budget';
+const BUDGET_DETAIL = 'budget';
 
 /** A rate-limited caller (retry-after.ts): `stale` if the verdict found one usable, else a 429 with the remaining wait. */
 function whileRateLimited(stale: Found | undefined, blockedMs: number): Served {

@@ -91,6 +91,6 @@ function variesOnOrigin(res: UpstreamResponse): boolean {
  * A strong validator of the body (RFC 9110 §8.8.3): SHA-256, 162 bits of it in base64url. The
  * one-shot `crypto.hash` (Node ≥ 20.12): no Hash object per miss.
  */
-export function etagOf(body: Buffer): string {
+function etagOf(body: Buffer): string {
   return `"${hash('sha256', body, 'base64url').slice(0, 27)}"`;
 }

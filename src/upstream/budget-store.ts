@@ -24,7 +24,7 @@
 /** The rate a fleet without a configured budget starts from (req/s): low enough for any instance that serves a team. */
 export const LEARN_START_RPS = 5;
 /** The ceiling of a learned rate (req/s): in practice demand bounds it, since it climbs only when demand exceeds it. */
-export const LEARNED_MAX_RPS = 100_000;
+const LEARNED_MAX_RPS = 100_000;
 /** The floor a run of 429s can push the rate to: one request per five seconds. */
 export const MIN_RPS = 0.2;
 /** The rate after a 429, as a share of the rate handed out when it came. */
@@ -107,13 +107,13 @@ const finite = (value: number | undefined): value is number => typeof value === 
 const clamp = (value: number, low: number, high: number): number => Math.min(high, Math.max(low, value));
 
 /** The bucket's size at `rateRps`, times `scale` (a replica's share when alone); at least one token. */
-export function burstOf(shape: BudgetShape, rateRps: number, scale = 1): number {
+function burstOf(shape: BudgetShape, rateRps: number, scale = 1): number {
   const full = shape.burst > 0 ? (shape.burst * rateRps) / shape.maxRps : rateRps;
   return Math.max(1, full * scale);
 }
 
 /** The additive step at `rateRps` given the limit seen: fixed well below it, a probe near it. */
-export function increaseStepOf(rateRps: number, limitRps: number): number {
+function increaseStepOf(rateRps: number, limitRps: number): number {
   if (limitRps > 0 && rateRps >= limitRps * PROBE_FROM_SHARE) return Math.max(0.01, limitRps * PROBE_STEP_SHARE);
   return Math.max(INCREASE_STEP_RPS, limitRps * 0.02);
 }
@@ -147,7 +147,7 @@ function rollWindow(state: BucketState, now: number): void {
 }
 
 /** One lease at `now`: refill, maybe climb, hand out up to `want` whole tokens. Mutates and answers. */
-export function leaseFrom(state: BucketState, shape: BudgetShape, request: LeaseRequest, now: number, scale = 1): LeaseReply {
+function leaseFrom(state: BucketState, shape: BudgetShape, request: LeaseRequest, now: number, scale = 1): LeaseReply {
   if (now < state.pauseUntilMs) {
     const pausedMs = state.pauseUntilMs - now;
     return { granted: 0, waitMs: pausedMs, pausedMs, rateRps: state.rateRps };
@@ -172,7 +172,7 @@ export function leaseFrom(state: BucketState, shape: BudgetShape, request: Lease
  * DECREASE_FACTOR of what was in use (the rate, or the tokens handed out over the last window
  * when fewer); one during a pause only lengthens it. Mutates and answers.
  */
-export function rateLimitedFrom(state: BucketState, shape: BudgetShape, pauseMs: number, now: number, scale = 1): PauseReply {
+function rateLimitedFrom(state: BucketState, shape: BudgetShape, pauseMs: number, now: number, scale = 1): PauseReply {
   const untilMs = now + clamp(pauseMs, 0, shape.maxPauseMs);
   if (now < state.pauseUntilMs) {
     state.pauseUntilMs = Math.max(state.pauseUntilMs, untilMs);

@@ -34,7 +34,7 @@ import { MemoryBudgetStore, type BudgetShape, type BudgetStore, type LeaseReply,
 
 export type BudgetPriority = 'client' | 'background' | 'ahead';
 /** Highest first: the order tokens go to waiters in. */
-export const BUDGET_PRIORITIES: readonly BudgetPriority[] = ['client', 'background', 'ahead'];
+const BUDGET_PRIORITIES: readonly BudgetPriority[] = ['client', 'background', 'ahead'];
 
 /** Where this replica's tokens come from: the fleet's shared bucket, its fallback share (Redis down), or its own (no Redis). */
 export type BudgetMode = 'shared' | 'fallback' | 'local';
@@ -42,9 +42,9 @@ export type BudgetMode = 'shared' | 'fallback' | 'local';
 /** A leased token not used within this is dropped (ms). */
 export const LEASE_TTL_MS = 250;
 /** A lease asks for about this much of the fleet's rate (ms), within MIN/MAX_LEASE_TOKENS. */
-export const LEASE_WINDOW_MS = 100;
-export const MIN_LEASE_TOKENS = 2;
-export const MAX_LEASE_TOKENS = 20;
+const LEASE_WINDOW_MS = 100;
+const MIN_LEASE_TOKENS = 2;
+const MAX_LEASE_TOKENS = 20;
 /** Bounds on the wait before asking the bucket again when it had nothing (ms): a pause is re-read at least every second. */
 const MIN_LEASE_RETRY_MS = 5;
 const MAX_LEASE_RETRY_MS = 1_000;

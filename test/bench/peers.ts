@@ -93,7 +93,7 @@ ${locations}
 `;
 }
 
-export function makeNginxConf(dir: string, port: number, backend: Backend): string {
+function makeNginxConf(dir: string, port: number, backend: Backend): string {
   return nginxConf(
     dir,
     port,

@@ -114,7 +114,7 @@ function signalGroup(proc: Proc, signal: NodeJS.Signals): void {
 }
 
 /** Every process still known, SIGKILLed with its group; synchronous, so it works on 'exit'. */
-export function killAllSync(): void {
+function killAllSync(): void {
   for (const proc of live) signalGroup(proc, 'SIGKILL');
   live.clear();
 }

@@ -45,7 +45,7 @@ interface TeamRun {
 }
 
 /** The 12 panels every member of the team polls: the same questions, the project's every area. */
-export function teamPanels(f: ProjectFacts): string[] {
+function teamPanels(f: ProjectFacts): string[] {
   const p = `/api/v1/projects/${f.projectId}`;
   return [
     p,

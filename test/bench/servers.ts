@@ -11,7 +11,7 @@ import { join, resolve } from 'node:path';
 import { freePort, startProcess, waitForHttp, type Proc } from './procs.js';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
-export const CLI = join(ROOT, 'dist/cli.js');
+const CLI = join(ROOT, 'dist/cli.js');
 export const LOAD_CPU = 0;
 export const SERVER_CPU = 1;
 

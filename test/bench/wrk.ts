@@ -45,7 +45,7 @@ function durationMs(text: string): number {
   return Number(m[1]) * UNIT_MS[m[2]!]!;
 }
 
-export function parseWrk(out: string): WrkResult {
+function parseWrk(out: string): WrkResult {
   const need = (re: RegExp, what: string): RegExpExecArray => {
     const m = re.exec(out);
     if (!m) throw new Error(`wrk: no ${what} in its output:\n${out}`);

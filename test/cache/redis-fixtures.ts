@@ -21,7 +21,7 @@ export function uniquePrefix(): string {
 }
 
 /** The identity HMAC secret every replica of a test shares (values are bound with a key derived from it). */
-export const TEST_HMAC_SECRET = Buffer.alloc(32, 7);
+const TEST_HMAC_SECRET = Buffer.alloc(32, 7);
 
 /** Every Redis role over one new connection, bound (as the server does before serving), once ready. */
 export async function makeRedisRoles(url: string, options: Partial<RedisRolesOptions> = {}): Promise<RedisRoles> {

@@ -34,7 +34,7 @@ export interface ContractHooks {
   breakKey?: (tier: CacheTier, key: string) => Promise<void>;
 }
 
-export const CONTRACT_MAX_ENTRY_BYTES = 256 * 1024;
+const CONTRACT_MAX_ENTRY_BYTES = 256 * 1024;
 
 export function tierContract(
   name: string,

@@ -210,7 +210,7 @@ function parseTemplate(text: string, defines: Map<string, Node[]>): Node[] {
   return nodes;
 }
 
-export function loadChart(dir: string): Chart {
+function loadChart(dir: string): Chart {
   const defines = new Map<string, Node[]>();
   const templates = new Map<string, Node[]>();
   const chartName = (parseYaml(readFileSync(join(dir, 'Chart.yaml'), 'utf8')) as { name: string }).name;
@@ -228,7 +228,7 @@ export function loadChart(dir: string): Chart {
 
 const isMap = (v: Value): v is Record<string, Value> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-export function truthy(v: Value): boolean {
+function truthy(v: Value): boolean {
   if (v === null || v === undefined || v === false || v === '' || v === 0 || v === 0n) return false;
   if (Array.isArray(v)) return v.length > 0;
   if (isMap(v)) return Object.keys(v).length > 0;
@@ -243,7 +243,7 @@ function goFloat(n: number): string {
   return n.toExponential().replace(/e([+-])(\d)$/, 'e$10$2');
 }
 
-export function goString(v: Value): string {
+function goString(v: Value): string {
   if (v === null || v === undefined) return '';
   if (typeof v === 'number') return goFloat(v);
   if (typeof v === 'bigint' || typeof v === 'boolean' || typeof v === 'string') return String(v);
@@ -307,7 +307,7 @@ export interface Root {
   Files: { Get: (path: string) => string };
 }
 
-export class Renderer {
+class Renderer {
   constructor(private readonly chart: Chart, private readonly root: Root) {}
 
   render(name: string): string {
@@ -485,7 +485,7 @@ const FUNCTIONS: Record<string, (...a: Value[]) => Value> = {
 };
 
 /** helm's `.Files.Get`: a file of the chart by its path inside the chart; "" when there is none. */
-export function chartFiles(dir: string): Root['Files'] {
+function chartFiles(dir: string): Root['Files'] {
   return {
     Get: (path: string) => {
       try {

@@ -15,7 +15,7 @@ import type { AddressInfo } from 'node:net';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { STATUS_PAGE_HEADERS, STATUS_PAGE_HTML } from '../../src/ops/status-page.js';
 
-export const CHROMIUM_PATH = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
+const CHROMIUM_PATH = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
 
 const CHROMIUM_ARGS = [
   '--headless',

@@ -13,7 +13,7 @@ export type DeepPartial<T> = { -readonly [K in keyof T]?: T[K] extends object ? 
  * The identity HMAC secret of test replicas that share a Redis and say no secret of their own:
  * a shared Redis needs one (relations.ts), and replicas of one test must agree on it.
  */
-export const TEST_HMAC_SECRET = Buffer.alloc(32, 0x7e).toString('hex');
+const TEST_HMAC_SECRET = Buffer.alloc(32, 0x7e).toString('hex');
 
 /**
  * The upstream budget of test replicas unless a test sets its own: generous, so that tests firing
@@ -21,7 +21,7 @@ export const TEST_HMAC_SECRET = Buffer.alloc(32, 0x7e).toString('hex');
  * the learned default's cautious start (5 req/s, climbing). The budget's own tests
  * (test/security/fleet-budget.test.ts) set `requestsPerSecond` themselves, 0 included.
  */
-export const TEST_BUDGET_RPS = 100_000;
+const TEST_BUDGET_RPS = 100_000;
 
 export function makeConfig(upstreamUrl: string, overrides: DeepPartial<Config> = {}): Config {
   const base = structuredClone(DEFAULT_CONFIG) as unknown as Record<string, unknown>;

@@ -33,7 +33,7 @@ import {
 import type { RedisConnection, RedisScript } from './connection.js';
 
 /** An idle fleet's bucket is forgotten after this (ms): it then starts again from its shape. */
-export const BUDGET_IDLE_EXPIRY_MS = 3_600_000;
+const BUDGET_IDLE_EXPIRY_MS = 3_600_000;
 
 /** Rates cross the script boundary as integers (Lua numbers become integer replies): micro-requests per second. */
 const MICRO = 1_000_000;

@@ -45,12 +45,12 @@ export interface RedisConnectionOptions {
 const MAX_RECONNECT_DELAY_MS = 2_000;
 
 /** Reconnect forever: 100 ms, 200 ms, ... capped at 2 s, with jitter so replicas do not stampede. */
-export function reconnectDelayMs(attempt: number): number {
+function reconnectDelayMs(attempt: number): number {
   const base = Math.min(100 * attempt, MAX_RECONNECT_DELAY_MS);
   return base + Math.floor(Math.random() * 100);
 }
 
-export function connectionOptions(options: RedisConnectionOptions, role: ConnectionRole): RedisOptions {
+function connectionOptions(options: RedisConnectionOptions, role: ConnectionRole): RedisOptions {
   const forCommands = role === 'commands';
   return {
     connectTimeout: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
@@ -75,7 +75,7 @@ function credentialOptions(options: RedisConnectionOptions): RedisOptions {
 }
 
 /** Checks the options once, at start, naming the field (CONVENTIONS: fail fast). */
-export function assertConnectionOptions(options: RedisConnectionOptions): void {
+function assertConnectionOptions(options: RedisConnectionOptions): void {
   const mode = options.mode ?? 'standalone';
   if (mode === 'standalone' && !options.url) throw new Error('redis.url is required in standalone mode');
   if (mode === 'cluster' && !options.nodes?.length) throw new Error('redis.nodes must list at least one node in cluster mode');

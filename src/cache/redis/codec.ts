@@ -45,10 +45,10 @@ export type { Keyring } from './keyring.js';
  * 3: every value is bound to the Redis key it is stored under (AAD or MAC, below).
  */
 export const FORMAT_VERSION = 3;
-export const GZIP_LEVEL = 6;
-export const MIN_COMPRESS_BYTES = 1024;
+const GZIP_LEVEL = 6;
+const MIN_COMPRESS_BYTES = 1024;
 /** A decoded body is never larger: a planted "decompression bomb" fails (→ a miss) instead. */
-export const MAX_DECODED_BODY_BYTES = 64 * 1024 * 1024;
+const MAX_DECODED_BODY_BYTES = 64 * 1024 * 1024;
 
 const FLAG_GZIP = 0b01;
 /** The payload is sealed (keyring.ts), the Redis key in its associated data. */

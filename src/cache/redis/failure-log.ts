@@ -13,7 +13,7 @@ export interface TierLogger {
 
 export const silentLogger: TierLogger = { warn() {}, info() {}, error() {} };
 
-export const DEFAULT_LOG_INTERVAL_MS = 10_000;
+const DEFAULT_LOG_INTERVAL_MS = 10_000;
 
 export interface FailureCounts {
   /** Every failure of every kind since start. */

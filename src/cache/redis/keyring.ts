@@ -13,9 +13,9 @@ export interface Keyring {
   readonly current: string;
 }
 
-export const KEY_BYTES = 32;
-export const IV_BYTES = 12;
-export const TAG_BYTES = 16;
+const KEY_BYTES = 32;
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
 const CIPHER = 'aes-256-gcm';
 
 /** Fails fast at start (config validation), naming what is wrong; never called per request. */

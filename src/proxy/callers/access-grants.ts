@@ -42,7 +42,7 @@ const REFUSED_AT = AREAS.length;
 const AREA_INDEX: ReadonlyMap<Area, number> = new Map(AREAS.map((area, i) => [area, i]));
 
 /** The bit of one area in an area mask. */
-export function areaBit(area: Area): number {
+function areaBit(area: Area): number {
   return 1 << AREA_INDEX.get(area)!;
 }
 

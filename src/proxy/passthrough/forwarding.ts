@@ -20,7 +20,7 @@ import type { Handler } from '../pipeline.js';
 const AMBIGUOUS_PATH = /(?:^|[/\\])(?:\.|%2e){1,2}(?:[/\\]|$)|\\|%2f|%5c/i;
 
 /** May this request target be forwarded? Origin-form only (`/…`), under one of the prefixes. */
-export function isForwardedPath(url: string, prefixes: readonly string[]): boolean {
+function isForwardedPath(url: string, prefixes: readonly string[]): boolean {
   const path = pathOf(url);
   return prefixes.some((prefix) => path.startsWith(prefix)) && !AMBIGUOUS_PATH.test(path);
 }

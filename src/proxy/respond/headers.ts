@@ -6,7 +6,7 @@
 import { ttlSeconds, type CacheEntry } from '../../cache/entry.js';
 import type { CacheOutcome } from '../../cache/outcome.js';
 
-export const CACHE_NAME = 'tm-cache';
+const CACHE_NAME = 'tm-cache';
 
 /** The `Cache-Status` member for one outcome, e.g. `tm-cache; hit; ttl=12; detail=memory`. */
 export function cacheStatus(outcome: CacheOutcome, entry: CacheEntry | undefined, now: number, shared?: SharedKey): string {
