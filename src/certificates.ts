@@ -80,7 +80,9 @@ export class ServedCertificates {
     for (const dir of dirs) {
       try {
         const watcher = watch(dir, { persistent: false }, () => this.#changed());
-        watcher.on('error', (err) => this.options.logger.warn({ dir, err: err.message }, 'watching TLS files stopped: new certificates are read on SIGHUP only'));
+        watcher.on('error', (err) =>
+          this.options.logger.warn({ dir, err: err.message }, 'watching TLS files stopped: new certificates are read on SIGHUP only'),
+        );
         this.#watchers.push(watcher);
       } catch (err) {
         this.options.logger.warn({ dir, err: (err as Error).message }, 'cannot watch TLS files: new certificates are read on SIGHUP only');
@@ -93,7 +95,10 @@ export class ServedCertificates {
     const read = readTlsMaterial(this.settings);
     const log = noticeLogger(this.options.logger);
     if ('problems' in read) {
-      log.warn({ cause, result: 'refused', problems: read.problems.join('; '), serving: describe(this.#material) }, 'TLS certificate reload refused: the certificate in use is kept');
+      log.warn(
+        { cause, result: 'refused', problems: read.problems.join('; '), serving: describe(this.#material) },
+        'TLS certificate reload refused: the certificate in use is kept',
+      );
       this.options.onReload?.('refused');
       return 'refused';
     }

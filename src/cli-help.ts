@@ -24,7 +24,10 @@ const SERVE_PHRASES: Readonly<Record<string, { value: string; text: string }>> =
   'server.tls.certFile': { value: 'F', text: 'PEM certificate chain: both ports serve HTTPS (default: plain HTTP); re-read on SIGHUP and when it changes' },
   'server.tls.keyFile': { value: 'F', text: 'PEM private key of that certificate (both files or neither)' },
   'server.tls.clientCaFile': { value: 'F', text: 'PEM CA(s) of client certificates, then required on the proxy port (default: none asked)' },
-  'cache.redis.url': { value: 'URL', text: 'redis:// or rediss:// URL of the shared tier (default: memory only); needs TM_CACHE_HMAC_SECRET or encryption keys' },
+  'cache.redis.url': {
+    value: 'URL',
+    text: 'redis:// or rediss:// URL of the shared tier (default: memory only); needs TM_CACHE_HMAC_SECRET or encryption keys',
+  },
 };
 
 export const SERVE_FLAGS: readonly FlagHelp[] = [

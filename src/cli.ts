@@ -24,11 +24,14 @@ async function makeLogger(level: Config['server']['logLevel']): Promise<Logger> 
   const destination = new LogSink(1);
   // An exit nobody planned (process.exit elsewhere, a crash): what is buffered still goes out.
   process.once('exit', () => destination.flushSync());
-  return pino({
-    level,
-    // Credentials never reach a log line, whatever a caller of the logger passes along.
-    redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization', '*.authorization'], censor: '[redacted]' },
-  }, destination);
+  return pino(
+    {
+      level,
+      // Credentials never reach a log line, whatever a caller of the logger passes along.
+      redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization', '*.authorization'], censor: '[redacted]' },
+    },
+    destination,
+  );
 }
 
 /** `--name value` / `--name=value` flags of the small subcommands (emulator, demo), by name without `--`. */
@@ -169,8 +172,9 @@ async function runDemo(argv: readonly string[]): Promise<void> {
   const configFor = (upstream: string): Config => loadConfig({ argv: ['--upstream', upstream, ...proxyFlags], env });
   configFor('http://127.0.0.1:1');
   const emulatorSource: DemoPort = { port: emulatorPort, source: flags['emulator-port'] === undefined ? '--emulator-port, its default' : '--emulator-port' };
-  const emulator = await startEmulator({ host: '127.0.0.1', port: emulatorPort, seed: 42, scale: 'small' })
-    .catch((err: unknown) => Promise.reject(portInUse(err, [emulatorSource])));
+  const emulator = await startEmulator({ host: '127.0.0.1', port: emulatorPort, seed: 42, scale: 'small' }).catch((err: unknown) =>
+    Promise.reject(portInUse(err, [emulatorSource])),
+  );
   const config = configFor(emulator.url);
   const ports: DemoPort[] = [
     { port: config.server.port, source: demoPortSource('--port', flags) },
@@ -215,9 +219,10 @@ function printDemo(proxy: RunningProxy, emulatorUrl: string, tokens: EmulatorTok
     : `${page}   (sign in with your TM_CACHE_ADMIN_TOKEN)`;
   const adminToken = tokenGenerated ? config.admin.token : '$TM_CACHE_ADMIN_TOKEN';
   const viewer = config.admin.viewerToken === '' ? '' : '\n              a wall screen signs in with your TM_CACHE_ADMIN_VIEWER_TOKEN (read-only)';
-  const access = config.log.access === 'off' || !['info', 'debug', 'trace'].includes(config.server.logLevel)
-    ? `off (log.access ${config.log.access}, log level ${config.server.logLevel})`
-    : `one JSON line per request on stdout, below (log.access ${config.log.access}; TM_CACHE_LOG_ACCESS=off silences it)`;
+  const access =
+    config.log.access === 'off' || !['info', 'debug', 'trace'].includes(config.server.logLevel)
+      ? `off (log.access ${config.log.access}, log level ${config.server.logLevel})`
+      : `one JSON line per request on stdout, below (log.access ${config.log.access}; TM_CACHE_LOG_ACCESS=off silences it)`;
   console.log(`tm-cache demo
   proxy       ${proxy.url}/api/v1   (the instance's Read API, cached)
   emulator    ${emulatorUrl}/api/v1   (the instance; control plane under /__emulator/)

@@ -75,7 +75,12 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   if (redis && Object.keys(config.cache.redis.encryptionKeys).length === 0) {
     logger.warn('cache.redis.encryptionKeys is empty: entries are stored in Redis compressed but not encrypted');
   }
-  const memory = new MemoryTier({ maxBytes: config.cache.memory.maxBytes, maxEntryBytes: config.cache.memory.maxEntryBytes, now, onEvict: () => metrics.eviction('memory') });
+  const memory = new MemoryTier({
+    maxBytes: config.cache.memory.maxBytes,
+    maxEntryBytes: config.cache.memory.maxEntryBytes,
+    now,
+    onEvict: () => metrics.eviction('memory'),
+  });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
   const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}), onRemoteClear: (why, entries) => logRemoteClear(logger, why, entries) });
   // The budget's clock is monotonic and real (its bucket refills as time passes), plus any step an
@@ -93,13 +98,19 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   });
   // Every upstream request of the cache path, counted where it is made and attributed to its
   // operation and user (stats.ts); identity look-ups under their own name in the figures.
-  const observe = (attributedTo?: string): UpstreamObserver => (operation, status, seconds, caller) => {
-    metrics.upstream(operation, status, seconds);
-    stats.upstream(now(), attributedTo ?? operation, caller);
-  };
+  const observe =
+    (attributedTo?: string): UpstreamObserver =>
+    (operation, status, seconds, caller) => {
+      metrics.upstream(operation, status, seconds);
+      stats.upstream(now(), attributedTo ?? operation, caller);
+    };
   const upstream = observeUpstream(client, health, observe());
   // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills (item 6).
-  const identityUpstream = observeUpstream(client.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue }), health, observe(IDENTITY_OPERATION));
+  const identityUpstream = observeUpstream(
+    client.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue }),
+    health,
+    observe(IDENTITY_OPERATION),
+  );
   const recorder = new Recorder(metrics, stats, logger, config.log);
   // A replica starts with its shared tier when Redis is there: before listening, it waits at most
   // connectTimeoutMs for the connection (and the bus's subscription).
@@ -154,21 +165,26 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     },
   };
   const checks: ReadinessCheck[] = redisCheck ? [health.readiness(), redisCheck] : [health.readiness()];
-  const { app: management, startDraining } = buildManagement(metrics, checks, {
-    token: () => current.admin.token,
-    viewerToken: () => current.admin.viewerToken,
-    cache,
+  const { app: management, startDraining } = buildManagement(
     metrics,
-    stats,
-    health,
-    upstreamLoad: () => client.load,
-    budget: () => budget.snapshot(),
-    redis: redis && redisCheck && { check: redisCheck, errors: () => redis.connection.stats().errors },
-    logger,
-    now,
-    version: VERSION,
-    startedAt,
-  }, config.server.tls.management ? certificates?.serverOptions('management') : undefined);
+    checks,
+    {
+      token: () => current.admin.token,
+      viewerToken: () => current.admin.viewerToken,
+      cache,
+      metrics,
+      stats,
+      health,
+      upstreamLoad: () => client.load,
+      budget: () => budget.snapshot(),
+      redis: redis && redisCheck && { check: redisCheck, errors: () => redis.connection.stats().errors },
+      logger,
+      now,
+      version: VERSION,
+      startedAt,
+    },
+    config.server.tls.management ? certificates?.serverOptions('management') : undefined,
+  );
   const url = await app.listen({ host: config.server.host, port: config.server.port });
   const managementUrl = await management.listen({ host: config.server.managementHost, port: config.server.managementPort });
   if (certificates) {
@@ -248,12 +264,20 @@ function makeFleetBudget(config: Config, redis: RedisRoles | undefined, metrics:
       ...metrics.budget,
       paused(pauseMs) {
         metrics.budget.paused(pauseMs);
-        logger.warn({ pauseMs: Math.round(pauseMs), rateRps: budget.snapshot().rateRps }, 'the instance answered 429: the fleet\'s upstream requests are paused');
+        logger.warn(
+          { pauseMs: Math.round(pauseMs), rateRps: budget.snapshot().rateRps },
+          "the instance answered 429: the fleet's upstream requests are paused",
+        );
         watchResume();
       },
       modeChanged(mode) {
         metrics.budget.modeChanged(mode);
-        logger.warn({ mode }, mode === 'shared' ? 'upstream budget: leasing from the fleet\'s shared bucket again' : 'upstream budget: Redis cannot answer, leasing from this replica\'s fallback share');
+        logger.warn(
+          { mode },
+          mode === 'shared'
+            ? "upstream budget: leasing from the fleet's shared bucket again"
+            : "upstream budget: Redis cannot answer, leasing from this replica's fallback share",
+        );
       },
     },
   });
@@ -261,10 +285,13 @@ function makeFleetBudget(config: Config, redis: RedisRoles | undefined, metrics:
   function watchResume(): void {
     clearTimeout(resumeCheck);
     const leftMs = budget.pausedForMs();
-    resumeCheck = setTimeout(() => {
-      if (budget.pausedForMs() > 0) return watchResume();
-      logger.warn({ rateRps: budget.snapshot().rateRps }, 'the fleet\'s upstream requests resume after the pause');
-    }, Math.max(1, Math.ceil(leftMs)));
+    resumeCheck = setTimeout(
+      () => {
+        if (budget.pausedForMs() > 0) return watchResume();
+        logger.warn({ rateRps: budget.snapshot().rateRps }, "the fleet's upstream requests resume after the pause");
+      },
+      Math.max(1, Math.ceil(leftMs)),
+    );
     resumeCheck.unref();
   }
   metrics.watchBudget(() => budget.snapshot());
@@ -303,9 +330,10 @@ function makeRedisRoles(config: Config, logger: Logger, now: () => number, onCom
 
 /** A memory tier emptied by the bus is a cold start for this replica's hit ratio: said, with why. */
 function logRemoteClear(logger: Logger, why: RemoteClear, entries: number): void {
-  const reason = why === 'invalidations-missed'
-    ? 'the invalidation subscription was lost and is back; invalidations published meanwhile may have been missed, so nothing held may be trusted'
-    : 'another replica purged everything (POST /admin/purge)';
+  const reason =
+    why === 'invalidations-missed'
+      ? 'the invalidation subscription was lost and is back; invalidations published meanwhile may have been missed, so nothing held may be trusted'
+      : 'another replica purged everything (POST /admin/purge)';
   logger.warn({ reason: why, entries }, `memory tier cleared: ${reason}`);
 }
 
@@ -331,7 +359,8 @@ function resolveHmacSecret(config: Config): Buffer {
   const { encryptionKeys, encryptionKeyId } = config.cache.redis;
   const current = encryptionKeys[encryptionKeyId];
   if (current !== undefined) return deriveIdentitySecret(decodeSecret(current)!);
-  if (usesRedis(config)) throw new ConfigError(`identity.hmacSecret or cache.redis.encryptionKeys: a shared Redis needs a secret that Redis does not hold: ${MAKE_SECRET_HINT}`);
+  if (usesRedis(config))
+    throw new ConfigError(`identity.hmacSecret or cache.redis.encryptionKeys: a shared Redis needs a secret that Redis does not hold: ${MAKE_SECRET_HINT}`);
   return randomBytes(32);
 }
 

@@ -16,7 +16,6 @@ import { httpGet } from './helpers/proxy.js';
 import { CLI, startServe } from './helpers/serve.js';
 import { until } from './helpers/wait.js';
 
-
 interface Run {
   code: number | null;
   stdout: string;
@@ -71,7 +70,10 @@ describe('tm-cache serve', () => {
     expect(res.status).toBe(200);
     expect(code).toBe(0);
     // One access line per request (the in-flight one too, written before exit), never the credential.
-    const access = serve.output().split('\n').filter((l) => l.includes('"msg":"access"'));
+    const access = serve
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"msg":"access"'));
     expect(access.length).toBeGreaterThanOrEqual(3);
     expect(access.at(-1)).toMatch(/"op":"listRuns".*"status":200.*"outcome":"miss"/);
     expect(serve.output()).not.toContain(token);
@@ -166,16 +168,15 @@ describe('tm-cache --help, <command> --help, --version', () => {
 
 /** `tm-cache demo` on free ports, running until stopped; its stdout (first screen, then access lines). */
 async function startDemo(env: Record<string, string> = {}) {
-  const child = spawn(process.execPath, [CLI, 'demo', '--port', '0', '--management-port', '0', '--emulator-port', '0'], { env: { PATH: process.env['PATH'] ?? '', ...env } });
+  const child = spawn(process.execPath, [CLI, 'demo', '--port', '0', '--management-port', '0', '--emulator-port', '0'], {
+    env: { PATH: process.env['PATH'] ?? '', ...env },
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));
   child.stderr.on('data', (d) => (stderr += d));
   const exited = once(child, 'exit');
-  await Promise.race([
-    until(() => stdout.includes('Ctrl-C stops both'), 30_000),
-    exited.then(() => Promise.reject(new Error(`demo exited: ${stderr}`))),
-  ]);
+  await Promise.race([until(() => stdout.includes('Ctrl-C stops both'), 30_000), exited.then(() => Promise.reject(new Error(`demo exited: ${stderr}`)))]);
   const line = (label: string) => new RegExp(`^ {2}${label} +(\\S+)`, 'm').exec(stdout)?.[1] ?? '';
   return {
     output: () => stdout,
@@ -199,7 +200,10 @@ describe('tm-cache demo', () => {
       expect(page.status).toBe(200);
       expect((await httpGet(`${link.origin}/admin/stats`, token)).status).toBe(200);
       // Each curl line is preceded by what it shows: cached or not.
-      const hints = demo.output().split('\n').filter((l) => /^ {2}# /.test(l));
+      const hints = demo
+        .output()
+        .split('\n')
+        .filter((l) => /^ {2}# /.test(l));
       expect(hints.filter((h) => /# cached/.test(h)).length).toBeGreaterThanOrEqual(2);
       expect(hints.filter((h) => /# not cached/.test(h)).length).toBeGreaterThanOrEqual(2);
       // The first hint's request, twice: a miss then a hit, each an access log line on stdout.
@@ -208,14 +212,21 @@ describe('tm-cache demo', () => {
       expect(url.startsWith(demo.proxy)).toBe(true);
       expect((await httpGet(url, first[1])).headers['cache-status']).toMatch(/stored/);
       expect((await httpGet(url, first[1])).headers['cache-status']).toMatch(/hit/);
-      await until(() => demo.output().split('\n').filter((l) => l.includes('"msg":"access"')).length >= 2, 10_000);
+      await until(
+        () =>
+          demo
+            .output()
+            .split('\n')
+            .filter((l) => l.includes('"msg":"access"')).length >= 2,
+        10_000,
+      );
       expect(demo.output()).toMatch(/"outcome":"hit","tier":"memory"/);
     } finally {
       await demo.stop();
     }
   });
 
-  it('honours TM_CACHE_* over its own settings: a token of one\'s own (never printed), a viewer token, the access log off', { timeout: 60_000 }, async () => {
+  it("honours TM_CACHE_* over its own settings: a token of one's own (never printed), a viewer token, the access log off", { timeout: 60_000 }, async () => {
     const own = 'my-own-admin-token-for-the-demo';
     const viewer = 'my-own-viewer-token-for-the-demo';
     const demo = await startDemo({ TM_CACHE_ADMIN_TOKEN: own, TM_CACHE_ADMIN_VIEWER_TOKEN: viewer, TM_CACHE_LOG_ACCESS: 'off' });
@@ -247,12 +258,15 @@ describe('tm-cache demo on a taken port', () => {
   });
   afterAll(() => new Promise<void>((resolve) => blocker.close(() => resolve())));
 
-  it.each([['--port'], ['--management-port'], ['--emulator-port']])('names the port taken through %s and the flags that choose others, without a stack trace', async (flag) => {
-    const ports: Record<string, string> = { '--port': '0', '--management-port': '0', '--emulator-port': '0', [flag]: String(taken) };
-    const r = await run(['demo', ...Object.entries(ports).flat()]);
-    expect(r.code).toBe(1);
-    expect(r.stderr).toContain(`port ${taken} (set by ${flag}) is already in use`);
-    for (const f of DEMO_FLAGS) expect(r.stderr).toContain(f.flag);
-    expect(r.stderr).not.toMatch(/EADDRINUSE|\n\s+at /);
-  });
+  it.each([['--port'], ['--management-port'], ['--emulator-port']])(
+    'names the port taken through %s and the flags that choose others, without a stack trace',
+    async (flag) => {
+      const ports: Record<string, string> = { '--port': '0', '--management-port': '0', '--emulator-port': '0', [flag]: String(taken) };
+      const r = await run(['demo', ...Object.entries(ports).flat()]);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(`port ${taken} (set by ${flag}) is already in use`);
+      for (const f of DEMO_FLAGS) expect(r.stderr).toContain(f.flag);
+      expect(r.stderr).not.toMatch(/EADDRINUSE|\n\s+at /);
+    },
+  );
 });

@@ -12,14 +12,7 @@
  * Every problem is collected into one ValidationError naming each parameter and its rule:
  * 400 for a malformed value, 422 for a well-formed value against a rule.
  */
-import {
-  DEFAULT_ORDER,
-  DEFAULT_PER_PAGE,
-  PER_PAGE_VALUES,
-  type ExpandType,
-  type Operation,
-  type ParamSpec,
-} from './catalogue.js';
+import { DEFAULT_ORDER, DEFAULT_PER_PAGE, PER_PAGE_VALUES, type ExpandType, type Operation, type ParamSpec } from './catalogue.js';
 import { ValidationError, type ParamProblem } from './errors.js';
 
 export type Order = 'asc' | 'desc';
@@ -77,11 +70,7 @@ interface Canonical {
 
 type Parsed = Canonical | ParamProblem | null; // null: empty, dropped
 
-export function normalizeRequest(
-  op: Operation,
-  ids: Readonly<Record<string, number>>,
-  rawQuery: string,
-): CanonicalRequest {
+export function normalizeRequest(op: Operation, ids: Readonly<Record<string, number>>, rawQuery: string): CanonicalRequest {
   const raw = parseQueryString(rawQuery);
   const problems: ParamProblem[] = [];
   const parts: string[] = [];

@@ -8,14 +8,7 @@
  * Both split with apiSegments and read ids with parsePathId: an id is a positive integer of at
  * most 15 digits, leading zeros allowed (`/projects/02` names project 2).
  */
-import {
-  API_PREFIX,
-  OPERATIONS,
-  RESOURCES,
-  type Operation,
-  type ResourceName,
-  type ResourceSpec,
-} from './catalogue.js';
+import { API_PREFIX, OPERATIONS, RESOURCES, type Operation, type ResourceName, type ResourceSpec } from './catalogue.js';
 import { ValidationError } from './errors.js';
 
 /** A request path resolved to a catalogued operation and its path ids. */
@@ -55,7 +48,10 @@ interface CompiledRoute {
 
 const ROUTES: readonly CompiledRoute[] = OPERATIONS.map((op) => ({
   op,
-  segments: op.path.slice(1).split('/').map((s) => (s.startsWith('{') ? null : s)),
+  segments: op.path
+    .slice(1)
+    .split('/')
+    .map((s) => (s.startsWith('{') ? null : s)),
 }));
 
 /**

@@ -114,7 +114,7 @@ export class PendingInvalidations {
     if (this.#retrying) return;
     this.#retrying = true;
     try {
-      for (let delayMs = RETRY_FIRST_MS; this.#pending.size > 0 && !this.#closed; ) {
+      for (let delayMs = RETRY_FIRST_MS; this.#pending.size > 0 && !this.#closed;) {
         await sleep(delayMs);
         const round = await Promise.all([...this.#pending.values()].map((pending) => this.#attempt(pending)));
         delayMs = round.some(Boolean) ? RETRY_FIRST_MS : Math.min(delayMs * 2, RETRY_MAX_MS);

@@ -46,9 +46,7 @@ function isSiteWideList(op: Operation): boolean {
 const LISTED_SITE_WIDE: ReadonlySet<ResourceName> = new Set(OPERATIONS.filter(isSiteWideList).map((op) => op.resource));
 
 /** Resources whose settled state others share (runs, for their results): the policy remembers which it saw settled. */
-const SHARES_SETTLED: ReadonlySet<ResourceName> = new Set(
-  Object.values(RESOURCES).flatMap((spec) => (spec.settledWith === null ? [] : [spec.settledWith])),
-);
+const SHARES_SETTLED: ReadonlySet<ResourceName> = new Set(Object.values(RESOURCES).flatMap((spec) => (spec.settledWith === null ? [] : [spec.settledWith])));
 
 const PROJECT_TAG_PREFIX = 'project:';
 
@@ -109,9 +107,7 @@ export class FreshnessPolicy {
     }
     this.tieToKnownProject(tags);
     if (isSiteWideList(op)) tags.push(op.resource);
-    const rule: FreshnessRule = settled
-      ? this.freshness.settled
-      : (this.freshness.byResource[op.resource] ?? this.freshness.default);
+    const rule: FreshnessRule = settled ? this.freshness.settled : (this.freshness.byResource[op.resource] ?? this.freshness.default);
     return {
       ttlMs: rule.ttlMs,
       staleWhileRevalidateMs: rule.staleWhileRevalidateMs,

@@ -243,11 +243,13 @@ export class TieredCache {
   async #attempt(message: SharedInvalidation): Promise<Attempt> {
     const counts: TierCounts = {};
     const unreached: string[] = [];
-    await Promise.all(this.#lower.map(async (tier) => {
-      const dropped = await settle(() => dropFrom(tier, message), undefined);
-      if (dropped === undefined) unreached.push(tier.name);
-      else if (dropped !== NOT_COUNTED) counts[tier.name] = (counts[tier.name] ?? 0) + dropped;
-    }));
+    await Promise.all(
+      this.#lower.map(async (tier) => {
+        const dropped = await settle(() => dropFrom(tier, message), undefined);
+        if (dropped === undefined) unreached.push(tier.name);
+        else if (dropped !== NOT_COUNTED) counts[tier.name] = (counts[tier.name] ?? 0) + dropped;
+      }),
+    );
     if (unreached.length === 0 && this.#bus && !(await settle(() => this.#bus!.publish(message), false))) unreached.push('replicas');
     return unreached.length === 0 ? { counts } : { unreached: [...new Set(unreached)] };
   }
@@ -298,7 +300,7 @@ async function dropFrom(tier: CacheTier, message: SharedInvalidation): Promise<n
   }
   if (tier.tryPurgeAll) return tier.tryPurgeAll();
   if (tier.purgeAll) return tier.purgeAll();
-  if (tier.clear) return void (await tier.clear()), 0;
+  if (tier.clear) return (void (await tier.clear()), 0);
   return NOT_COUNTED;
 }
 

@@ -26,7 +26,6 @@ import { ConfigError } from './errors.js';
 
 export { CONFIG_OVERRIDES, type ConfigOverride } from './sources.js';
 
-
 export interface LoadConfigOptions {
   /** The flags after the subcommand, e.g. `['--port', '8080', '--upstream=https://tm.example.com']`. */
   readonly argv: readonly string[];
@@ -40,8 +39,7 @@ export const CONFIG_FILE_FLAG = '--config';
 export const CONFIG_FILE_ENV = 'TM_CACHE_CONFIG';
 const FLAGS = [...CONFIG_OVERRIDES.flatMap((o) => (o.flag === undefined ? [] : [o.flag])), CONFIG_FILE_FLAG];
 
-const NO_UPSTREAM_MESSAGE =
-  'no upstream: set --upstream URL or TM_CACHE_UPSTREAM, or run `tm-cache demo` to try it against the built-in emulator';
+const NO_UPSTREAM_MESSAGE = 'no upstream: set --upstream URL or TM_CACHE_UPSTREAM, or run `tm-cache demo` to try it against the built-in emulator';
 
 /** `serve` needs an upstream; `loadConfig` leaves that decision to the command. */
 export function assertUpstream(config: Config): void {

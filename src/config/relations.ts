@@ -7,7 +7,17 @@ import type { Config } from './schema.js';
 import { describeProblem, originOf, type Origin } from './validate.js';
 
 export function relationProblems(config: Config, origin: Origin): string[] {
-  return [...memoryProblems(config, origin), ...portProblems(config, origin), ...keyProblems(config, origin), ...redisModeProblems(config, origin), ...redisCredentialProblems(config, origin), ...sharedSecretProblems(config, origin), ...budgetProblems(config, origin), ...tlsProblems(config, origin), ...viewerTokenProblems(config, origin)];
+  return [
+    ...memoryProblems(config, origin),
+    ...portProblems(config, origin),
+    ...keyProblems(config, origin),
+    ...redisModeProblems(config, origin),
+    ...redisCredentialProblems(config, origin),
+    ...sharedSecretProblems(config, origin),
+    ...budgetProblems(config, origin),
+    ...tlsProblems(config, origin),
+    ...viewerTokenProblems(config, origin),
+  ];
 }
 
 function memoryProblems({ cache: { memory } }: Config, origin: Origin): string[] {
@@ -35,7 +45,14 @@ function keyProblems({ cache: { redis } }: Config, origin: Origin): string[] {
     return [describeProblem(keyId, redis.encryptionKeyId, `one of the ids of cache.redis.encryptionKeys: ${keyIds.join(', ')}`, origin)];
   }
   if (keyIds.length === 0 && redis.encryptionKeyId !== '') {
-    return [describeProblem(keyId, redis.encryptionKeyId, 'empty, since cache.redis.encryptionKeys is empty (set TM_CACHE_REDIS_ENCRYPTION_KEYS or encryptionKeys)', origin)];
+    return [
+      describeProblem(
+        keyId,
+        redis.encryptionKeyId,
+        'empty, since cache.redis.encryptionKeys is empty (set TM_CACHE_REDIS_ENCRYPTION_KEYS or encryptionKeys)',
+        origin,
+      ),
+    ];
   }
   return [];
 }
@@ -78,7 +95,11 @@ function redisCredentialProblems({ cache: { redis } }: Config, origin: Origin): 
     return problems;
   }
   if (url.username !== '' || url.password !== '') {
-    problems.push(shown(`a URL without credentials when cache.redis.mode is ${redis.mode} (the URL is not used there): set cache.redis.username and cache.redis.password (TM_CACHE_REDIS_PASSWORD)`));
+    problems.push(
+      shown(
+        `a URL without credentials when cache.redis.mode is ${redis.mode} (the URL is not used there): set cache.redis.username and cache.redis.password (TM_CACHE_REDIS_PASSWORD)`,
+      ),
+    );
   }
   if (url.protocol === 'rediss:') {
     problems.push(shown(`a redis:// URL or none when cache.redis.mode is ${redis.mode} (the URL is not used there): set cache.redis.tls to true for TLS`));
@@ -114,8 +135,12 @@ function sharedSecretProblems(config: Config, origin: Origin): string[] {
 function budgetProblems({ upstream: { budget } }: Config, origin: Origin): string[] {
   if (budget.requestsPerSecond > 0 || budget.burst === 0) return [];
   return [
-    describeProblem('upstream.budget.burst', budget.burst,
-      '0 when upstream.budget.requestsPerSecond is 0 (a learned budget\'s burst follows its rate: one second\'s worth); set requestsPerSecond to fix the budget', origin),
+    describeProblem(
+      'upstream.budget.burst',
+      budget.burst,
+      "0 when upstream.budget.requestsPerSecond is 0 (a learned budget's burst follows its rate: one second's worth); set requestsPerSecond to fix the budget",
+      origin,
+    ),
   ];
 }
 
@@ -124,8 +149,17 @@ function budgetProblems({ upstream: { budget } }: Config, origin: Origin): strin
  * Secret), never a reason to serve plain HTTP. A client CA means nothing without TLS.
  */
 function tlsProblems({ server: { tls } }: Config, origin: Origin): string[] {
-  if (tls.certFile !== '' && tls.keyFile === '') return [describeProblem('server.tls.keyFile', tls.keyFile, 'the path of the certificate\'s private key, since server.tls.certFile is set (both files or neither)', origin)];
-  if (tls.certFile === '' && tls.keyFile !== '') return [describeProblem('server.tls.certFile', tls.certFile, 'the path of the certificate for server.tls.keyFile (both files or neither)', origin)];
+  if (tls.certFile !== '' && tls.keyFile === '')
+    return [
+      describeProblem(
+        'server.tls.keyFile',
+        tls.keyFile,
+        "the path of the certificate's private key, since server.tls.certFile is set (both files or neither)",
+        origin,
+      ),
+    ];
+  if (tls.certFile === '' && tls.keyFile !== '')
+    return [describeProblem('server.tls.certFile', tls.certFile, 'the path of the certificate for server.tls.keyFile (both files or neither)', origin)];
   if (tls.certFile === '' && tls.clientCaFile !== '') {
     return [describeProblem('server.tls.clientCaFile', tls.clientCaFile, 'empty without TLS: set server.tls.certFile and server.tls.keyFile too', origin)];
   }
@@ -141,10 +175,20 @@ function viewerTokenProblems({ admin }: Config, origin: Origin): string[] {
   if (admin.viewerToken === '') return [];
   const secret = { type: 'string', secret: true } as const;
   if (admin.token === '') {
-    return [describeProblem('admin.viewerToken', admin.viewerToken, 'empty while admin.token is empty (the admin API is off): set admin.token (TM_CACHE_ADMIN_TOKEN) too', origin, secret)];
+    return [
+      describeProblem(
+        'admin.viewerToken',
+        admin.viewerToken,
+        'empty while admin.token is empty (the admin API is off): set admin.token (TM_CACHE_ADMIN_TOKEN) too',
+        origin,
+        secret,
+      ),
+    ];
   }
   if (admin.viewerToken === admin.token) {
-    return [describeProblem('admin.viewerToken', admin.viewerToken, 'a token other than admin.token (a viewer must not hold the admin\'s token)', origin, secret)];
+    return [
+      describeProblem('admin.viewerToken', admin.viewerToken, "a token other than admin.token (a viewer must not hold the admin's token)", origin, secret),
+    ];
   }
   return [];
 }

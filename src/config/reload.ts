@@ -113,14 +113,20 @@ async function reload(load: () => Promise<Config>, running: Reconfigurable, logg
   try {
     next = await load();
   } catch (err) {
-    noticeLogger(logger).error({ result: 'refused', problems: err instanceof Error ? err.message : String(err) }, 'reload refused: the running configuration is kept');
+    noticeLogger(logger).error(
+      { result: 'refused', problems: err instanceof Error ? err.message : String(err) },
+      'reload refused: the running configuration is kept',
+    );
     running.countReload?.('refused');
     return undefined;
   }
   const plan = planReload(running.config, next);
   running.reconfigure(next);
   const result = resultOf(plan);
-  noticeLogger(logger).warn({ result, applied: plan.applied, needRestart: plan.needRestart }, result === 'unchanged' ? 'reloaded: nothing changed' : 'reloaded');
+  noticeLogger(logger).warn(
+    { result, applied: plan.applied, needRestart: plan.needRestart },
+    result === 'unchanged' ? 'reloaded: nothing changed' : 'reloaded',
+  );
   running.countReload?.(result);
   return plan;
 }

@@ -37,8 +37,7 @@ type Annotations = { readonly flag?: string; readonly env?: string; readonly sec
 const withDefault = (value: unknown) => (value === undefined ? {} : { default: value });
 const section = <T extends Record<string, TSchema>>(fields: T) => Type.Object(fields, { additionalProperties: false });
 
-const integer = (minimum: number, maximum: number, value?: number, more?: object) =>
-  Type.Integer({ minimum, maximum, ...withDefault(value), ...more });
+const integer = (minimum: number, maximum: number, value?: number, more?: object) => Type.Integer({ minimum, maximum, ...withDefault(value), ...more });
 const durationMs = (min: number, value?: number, more?: Annotations) => integer(min, MAX_TIMER_MS, value, more);
 const count = (min: number, value: number) => integer(min, Number.MAX_SAFE_INTEGER, value);
 const port = (value: number, more: Annotations) => integer(0, 65_535, value, { note: '0 picks a free port', ...more });
@@ -48,8 +47,7 @@ const host = (value: string, more: Annotations) =>
   text('a host name or IP address to listen on, e.g. 127.0.0.1 or 0.0.0.0', value, { pattern: '^[^\\s/]+$', ...more });
 
 /** The path of a PEM file, or empty; what the file holds is checked when it is read (tls-files.ts). */
-const pemPath = (what: string, more: Annotations) =>
-  text(`empty, or the path of a readable PEM file holding ${what}`, '', { pattern: '^(|\\S.*)$', ...more });
+const pemPath = (what: string, more: Annotations) => text(`empty, or the path of a readable PEM file holding ${what}`, '', { pattern: '^(|\\S.*)$', ...more });
 
 function oneOf<const T extends readonly string[]>(values: T, value: T[number], more?: Annotations) {
   return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], default: value, ...more });
@@ -71,9 +69,11 @@ const freshnessRule = (ttlMs?: number, staleWhileRevalidateMs?: number) =>
 
 export const ConfigSchema = section({
   upstream: section({
-    url: text(
-      'an absolute http:// or https:// URL of the instance without credentials, query or fragment, e.g. https://tm.example.com; or empty',
-      '', { format: 'upstream-url', flag: '--upstream', env: 'TM_CACHE_UPSTREAM' }),
+    url: text('an absolute http:// or https:// URL of the instance without credentials, query or fragment, e.g. https://tm.example.com; or empty', '', {
+      format: 'upstream-url',
+      flag: '--upstream',
+      env: 'TM_CACHE_UPSTREAM',
+    }),
     connectTimeoutMs: durationMs(1, 5_000),
     headersTimeoutMs: durationMs(1, 30_000),
     bodyTimeoutMs: durationMs(1, 30_000),
@@ -84,14 +84,25 @@ export const ConfigSchema = section({
     defaultRetryAfterMs: durationMs(1, 60_000),
     maxBodyBytes: count(1, 32 * MiB),
     maxRetryAfterMs: durationMs(1, 600_000),
-    forwardPrefixes: Type.Array(Type.String({ pattern: '^/[^?#\\s]*$' }), { allowed: 'a list of path prefixes, each starting with /, e.g. [/api/]', default: ['/api/'] }),
+    forwardPrefixes: Type.Array(Type.String({ pattern: '^/[^?#\\s]*$' }), {
+      allowed: 'a list of path prefixes, each starting with /, e.g. [/api/]',
+      default: ['/api/'],
+    }),
     // The fleet's upstream budget (src/upstream/fleet-budget.ts): one token bucket for every replica.
     budget: section({
-      requestsPerSecond: Type.Number({ minimum: 0, maximum: 100_000, default: 0,
-        allowed: 'a number of requests per second from 0 to 100000, e.g. 40 or 0.5 (0: no fixed budget, learned from the instance\'s 429s)' }),
-      burst: integer(0, 1_000_000, 0, { note: 'requests; 0: one second\'s worth of the rate' }),
-      fallbackShare: Type.Number({ exclusiveMinimum: 0, maximum: 1, default: DEFAULT_BUDGET_FALLBACK_SHARE,
-        allowed: 'a fraction above 0 and at most 1, e.g. 0.25 (one replica\'s share of the budget while Redis is down)' }),
+      requestsPerSecond: Type.Number({
+        minimum: 0,
+        maximum: 100_000,
+        default: 0,
+        allowed: "a number of requests per second from 0 to 100000, e.g. 40 or 0.5 (0: no fixed budget, learned from the instance's 429s)",
+      }),
+      burst: integer(0, 1_000_000, 0, { note: "requests; 0: one second's worth of the rate" }),
+      fallbackShare: Type.Number({
+        exclusiveMinimum: 0,
+        maximum: 1,
+        default: DEFAULT_BUDGET_FALLBACK_SHARE,
+        allowed: "a fraction above 0 and at most 1, e.g. 0.25 (one replica's share of the budget while Redis is down)",
+      }),
       maxWaitMs: durationMs(0, 10_000),
     }),
   }),
@@ -108,16 +119,21 @@ export const ConfigSchema = section({
     tls: section({
       certFile: pemPath('the certificate chain (server certificate first)', { flag: '--tls-cert-file', env: 'TM_CACHE_TLS_CERT_FILE' }),
       keyFile: pemPath('the private key of that certificate, unencrypted', { flag: '--tls-key-file', env: 'TM_CACHE_TLS_KEY_FILE' }),
-      clientCaFile: pemPath('the CA certificates that issue client certificates (then required on the proxy port)', { flag: '--tls-client-ca-file', env: 'TM_CACHE_TLS_CLIENT_CA_FILE' }),
+      clientCaFile: pemPath('the CA certificates that issue client certificates (then required on the proxy port)', {
+        flag: '--tls-client-ca-file',
+        env: 'TM_CACHE_TLS_CLIENT_CA_FILE',
+      }),
       management: boolean(true, { env: 'TM_CACHE_TLS_MANAGEMENT' }),
     }),
   }),
   identity: section({
     // ≥ 1: a memo with ttl 0 means "no expiry" to lru-cache, the opposite of the intent.
     ttlMs: durationMs(1, 60_000, { env: 'TM_CACHE_IDENTITY_TTL_MS' }),
-    hmacSecret: text(
-      'empty (without Redis, or with cache.redis.encryptionKeys), or at least 32 bytes as hex or base64 (e.g. `openssl rand -base64 32`)',
-      '', { format: 'hmac-secret', secret: true, env: 'TM_CACHE_HMAC_SECRET' }),
+    hmacSecret: text('empty (without Redis, or with cache.redis.encryptionKeys), or at least 32 bytes as hex or base64 (e.g. `openssl rand -base64 32`)', '', {
+      format: 'hmac-secret',
+      secret: true,
+      env: 'TM_CACHE_HMAC_SECRET',
+    }),
     maxEntries: count(1, 100_000),
     maxBytes: count(1, 16 * MiB),
     refusedTtlMs: durationMs(0, 5_000),
@@ -132,11 +148,17 @@ export const ConfigSchema = section({
     accessSample: Type.Number({ minimum: 0, maximum: 1, default: 1, allowed: 'a fraction from 0 to 1, e.g. 0.01' }),
   }),
   admin: section({
-    token: text('empty (the admin API is off), or at least 16 characters without whitespace',
-      '', { pattern: '^(|\\S{16,})$', secret: true, env: 'TM_CACHE_ADMIN_TOKEN' }),
+    token: text('empty (the admin API is off), or at least 16 characters without whitespace', '', {
+      pattern: '^(|\\S{16,})$',
+      secret: true,
+      env: 'TM_CACHE_ADMIN_TOKEN',
+    }),
     // Read-only: GET /admin/stats and the status page, never a purge nor the entries (a wall screen).
-    viewerToken: text('empty (no viewer token), or at least 16 characters without whitespace, other than admin.token',
-      '', { pattern: '^(|\\S{16,})$', secret: true, env: 'TM_CACHE_ADMIN_VIEWER_TOKEN' }),
+    viewerToken: text('empty (no viewer token), or at least 16 characters without whitespace, other than admin.token', '', {
+      pattern: '^(|\\S{16,})$',
+      secret: true,
+      env: 'TM_CACHE_ADMIN_VIEWER_TOKEN',
+    }),
   }),
   health: section({
     requireUpstream: boolean(false),
@@ -156,8 +178,12 @@ export const ConfigSchema = section({
     // Refresh-ahead (read-through.ts): a fresh entry read in its last part of freshness is refreshed before it expires.
     refreshAhead: section({
       enabled: boolean(true),
-      startAt: Type.Number({ exclusiveMinimum: 0, exclusiveMaximum: 1, default: 0.75,
-        allowed: 'a fraction above 0 and below 1, e.g. 0.75 (the share of freshness elapsed when a read may start a refresh)' }),
+      startAt: Type.Number({
+        exclusiveMinimum: 0,
+        exclusiveMaximum: 1,
+        default: 0.75,
+        allowed: 'a fraction above 0 and below 1, e.g. 0.75 (the share of freshness elapsed when a read may start a refresh)',
+      }),
     }),
     freshness: section({
       default: freshnessRule(30_000, 30_000),
@@ -165,12 +191,18 @@ export const ConfigSchema = section({
       // A rule may leave fields out: loadConfig fills them from `default` after validation,
       // so the schema allows a partial rule while the type promises a whole one.
       byResource: openMap<Partial<Record<ResourceName, FreshnessRule>>>(
-        { enum: RESOURCE_NAMES }, Type.Partial(freshnessRule()), `resource names: ${RESOURCE_NAMES.join(', ')}`),
+        { enum: RESOURCE_NAMES },
+        Type.Partial(freshnessRule()),
+        `resource names: ${RESOURCE_NAMES.join(', ')}`,
+      ),
     }),
     memory: section({ maxBytes: count(1, DEFAULT_MAX_BYTES), maxEntryBytes: count(1, DEFAULT_MAX_ENTRY_BYTES) }),
     redis: section({
-      url: text('a redis:// or rediss:// URL such as redis://[:password@]host[:port][/db], or empty (memory tier only)',
-        '', { format: 'redis-url', flag: '--redis', env: 'TM_CACHE_REDIS' }),
+      url: text('a redis:// or rediss:// URL such as redis://[:password@]host[:port][/db], or empty (memory tier only)', '', {
+        format: 'redis-url',
+        flag: '--redis',
+        env: 'TM_CACHE_REDIS',
+      }),
       mode: oneOf(['standalone', 'cluster', 'sentinel'], 'standalone'),
       nodes: hostPortList,
       sentinels: hostPortList,
@@ -179,7 +211,7 @@ export const ConfigSchema = section({
       username: text('empty (the default user), or an ACL user name without whitespace', '', { pattern: '^\\S*$', env: 'TM_CACHE_REDIS_USERNAME' }),
       password: text('empty (no AUTH), or the password of the Redis servers', '', { secret: true, env: 'TM_CACHE_REDIS_PASSWORD' }),
       tls: boolean(false),
-      sentinelUsername: text('empty (the default user), or the sentinels\' ACL user name without whitespace', '', { pattern: '^\\S*$' }),
+      sentinelUsername: text("empty (the default user), or the sentinels' ACL user name without whitespace", '', { pattern: '^\\S*$' }),
       sentinelPassword: text('empty (no AUTH), or the password of the sentinels', '', { secret: true, env: 'TM_CACHE_REDIS_SENTINEL_PASSWORD' }),
       keyPrefix: text('a string without whitespace', DEFAULT_KEY_PREFIX, { pattern: '^\\S*$' }),
       commandTimeoutMs: durationMs(1, DEFAULT_COMMAND_TIMEOUT_MS, { env: 'TM_CACHE_REDIS_COMMAND_TIMEOUT_MS' }),
@@ -191,17 +223,20 @@ export const ConfigSchema = section({
       maxEntryBytes: count(1, DEFAULT_MAX_ENTRY_BYTES),
       encryptionKeys: openMap<Record<string, string>>(
         { pattern: '^[A-Za-z0-9_.-]{1,64}$' },
-        Type.String({ format: 'encryption-key', secret: true,
-          allowed: 'a quoted string of exactly 32 bytes: 64 hex chars or base64 (e.g. `openssl rand -base64 32`)' }),
-        'key ids of 1 to 64 letters, digits, _ . -', { secret: true, env: 'TM_CACHE_REDIS_ENCRYPTION_KEYS' }),
+        Type.String({
+          format: 'encryption-key',
+          secret: true,
+          allowed: 'a quoted string of exactly 32 bytes: 64 hex chars or base64 (e.g. `openssl rand -base64 32`)',
+        }),
+        'key ids of 1 to 64 letters, digits, _ . -',
+        { secret: true, env: 'TM_CACHE_REDIS_ENCRYPTION_KEYS' },
+      ),
       encryptionKeyId: text('empty, or one of the ids of cache.redis.encryptionKeys', '', { env: 'TM_CACHE_REDIS_ENCRYPTION_KEY_ID' }),
     }),
   }),
 });
 
-type DeepReadonly<T> = T extends readonly (infer U)[]
-  ? readonly DeepReadonly<U>[]
-  : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
+type DeepReadonly<T> = T extends readonly (infer U)[] ? readonly DeepReadonly<U>[] : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
 
 export type Config = DeepReadonly<Static<typeof ConfigSchema>>;
 export type FreshnessRule = DeepReadonly<Static<ReturnType<typeof freshnessRule>>>;

@@ -37,7 +37,10 @@ export const KEY_LIST_FORMAT = 'comma-separated id:key pairs, e.g. k2:<64 hex ch
  */
 export function parseKeyList(raw: string): { readonly keys: Record<string, string> } | { readonly problem: string } {
   const keys: Record<string, string> = {};
-  for (const item of raw.split(',').map((s) => s.trim()).filter((s) => s !== '')) {
+  for (const item of raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '')) {
     const colon = item.indexOf(':');
     const id = colon === -1 ? '' : item.slice(0, colon).trim();
     const key = colon === -1 ? '' : item.slice(colon + 1).trim();

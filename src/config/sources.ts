@@ -112,7 +112,9 @@ function parseConfigText(text: string, path: string, problems: string[]): Layer 
     const doc = parseDocument(text, { prettyErrors: false, logLevel: 'error' });
     if (doc.errors.length > 0) throw doc.errors[0];
     if (doc.warnings.length > 0) {
-      problems.push(...doc.warnings.map((warning) => `${label}: YAML warning${lineOf(text, warning)} (${warning.code}), refused as an error${hintOf(warning)}`));
+      problems.push(
+        ...doc.warnings.map((warning) => `${label}: YAML warning${lineOf(text, warning)} (${warning.code}), refused as an error${hintOf(warning)}`),
+      );
       return empty;
     }
     parsed = doc.toJS();
@@ -151,15 +153,30 @@ function hintOf(warning: YAMLWarning): string {
 }
 
 export function envLayer(env: NodeJS.ProcessEnv, problems: string[]): Layer {
-  return overrideLayer('environment', (o) => o.env, (name) => nonEmpty(env[name]), problems);
+  return overrideLayer(
+    'environment',
+    (o) => o.env,
+    (name) => nonEmpty(env[name]),
+    problems,
+  );
 }
 
 export function flagLayer(flags: ReadonlyMap<string, string>, problems: string[]): Layer {
-  return overrideLayer('flags', (o) => o.flag, (flag) => flags.get(flag), problems);
+  return overrideLayer(
+    'flags',
+    (o) => o.flag,
+    (flag) => flags.get(flag),
+    problems,
+  );
 }
 
 /** The overrides whose variable or flag (`nameOf`) has a value (`rawOf`), labelled with that name. */
-function overrideLayer(label: string, nameOf: (o: ConfigOverride) => string | undefined, rawOf: (name: string) => string | undefined, problems: string[]): Layer {
+function overrideLayer(
+  label: string,
+  nameOf: (o: ConfigOverride) => string | undefined,
+  rawOf: (name: string) => string | undefined,
+  problems: string[],
+): Layer {
   const values: Tree = {};
   const labels = new Map<string, string>();
   for (const override of CONFIG_OVERRIDES) {

@@ -46,7 +46,11 @@ export function readTlsMaterial(tls: TlsSettings, origin: Origin = new Map()): T
   if (ca) certificatesIn(ca, 'server.tls.clientCaFile', tls.clientCaFile, fail);
   const leaf = chain?.[0];
   if (leaf && privateKey && !leaf.checkPrivateKey(createPrivateKey(privateKey))) {
-    fail('server.tls.keyFile', tls.keyFile, `is not the private key of the certificate in server.tls.certFile (${JSON.stringify(tls.certFile)}): give the pair that belongs together`);
+    fail(
+      'server.tls.keyFile',
+      tls.keyFile,
+      `is not the private key of the certificate in server.tls.certFile (${JSON.stringify(tls.certFile)}): give the pair that belongs together`,
+    );
   }
   if (problems.length > 0 || !cert || !key || !leaf) return { problems };
   try {

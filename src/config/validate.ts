@@ -35,8 +35,7 @@ type Tree = Record<string, unknown>;
 export const ROOT = ConfigSchema as unknown as SchemaNode;
 
 const FORMATS = {
-  'upstream-url': (v: string) =>
-    v === '' || urlWith(v, ['http:', 'https:'], (u) => u.username === '' && u.password === '' && u.search === '' && u.hash === ''),
+  'upstream-url': (v: string) => v === '' || urlWith(v, ['http:', 'https:'], (u) => u.username === '' && u.password === '' && u.search === '' && u.hash === ''),
   'redis-url': (v: string) => v === '' || urlWith(v, ['redis:', 'rediss:'], (u) => /^(\/\d*)?$/.test(u.pathname)),
   'host-port': (v: string) => {
     const match = /^(\[[0-9A-Fa-f:.]+\]|[^\s:[\]/]+):(\d{1,5})$/.exec(v);
@@ -55,8 +54,7 @@ function urlWith(text: string, protocols: readonly string[], also: (url: URL) =>
 const ajv = new Ajv({ allErrors: true, formats: FORMATS, keywords: ['flag', 'env', 'secret', 'allowed', 'note', 'allowedKeys'] });
 const validator = ajv.compile(ConfigSchema);
 
-export const kindOf = (schema: SchemaNode) =>
-  schema.type !== 'object' ? 'leaf' : schema.properties !== undefined ? 'section' : 'map';
+export const kindOf = (schema: SchemaNode) => (schema.type !== 'object' ? 'leaf' : schema.properties !== undefined ? 'section' : 'map');
 
 /** The schema of a section's field or of an open map's value; undefined for an unknown field. */
 function childOf(schema: SchemaNode, key: string): SchemaNode | undefined {
@@ -70,7 +68,13 @@ export function validateMerged(merged: Tree, origin: Origin): string[] {
   const problems = new Map<string, string>();
   for (const error of validator.errors ?? []) {
     if (error.propertyName !== undefined) continue; // why a key is refused: `propertyNames` says it
-    const at = settingAt(error.instancePath.split('/').slice(1).map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~')), merged);
+    const at = settingAt(
+      error.instancePath
+        .split('/')
+        .slice(1)
+        .map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~')),
+      merged,
+    );
     const params = error.params as { additionalProperty?: string; propertyName?: string };
     const unknown = params.additionalProperty ?? params.propertyName;
     const path = unknown === undefined ? at.path : at.path === '' ? unknown : `${at.path}.${unknown}`;

@@ -19,7 +19,10 @@ const READ_METHODS = new Set(['GET', 'HEAD']);
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 export function sendJson(reply: FastifyReply, status: number, body: string | ErrorBody): FastifyReply {
-  return reply.code(status).type(JSON_TYPE).send(typeof body === 'string' ? body : JSON.stringify(body));
+  return reply
+    .code(status)
+    .type(JSON_TYPE)
+    .send(typeof body === 'string' ? body : JSON.stringify(body));
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -38,9 +38,7 @@ export async function buildEmulator(opts: EmulatorOptions): Promise<FastifyInsta
   STATES.set(app, state);
   await app.register(apiPlugin, { state });
   await app.register(controlPlugin, { state });
-  app.setNotFoundHandler((req, reply) =>
-    sendJson(reply, 404, makeErrorBody('Not found.', { path: [`No route ${req.method} ${req.url.split('?')[0]}.`] })),
-  );
+  app.setNotFoundHandler((req, reply) => sendJson(reply, 404, makeErrorBody('Not found.', { path: [`No route ${req.method} ${req.url.split('?')[0]}.`] })));
   await app.ready();
   return app;
 }

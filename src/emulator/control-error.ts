@@ -8,7 +8,11 @@ import { makeErrorBody, type ErrorBody } from '../api/errors.js';
 
 export class ControlError extends Error {
   /** `field` is a list when the fault is a combination of fields (two forms mixed, say). */
-  constructor(readonly status: number, readonly field: string | readonly string[], message: string) {
+  constructor(
+    readonly status: number,
+    readonly field: string | readonly string[],
+    message: string,
+  ) {
     super(message);
   }
 
@@ -27,9 +31,12 @@ export function schemaErrorBody(e: FastifySchemaValidationError): ErrorBody {
   const p = e.params;
   const field = String(p.missingProperty ?? p.additionalProperty ?? (e.instancePath.split('/').pop() || 'body'));
   const message =
-    e.keyword === 'required' ? `The ${field} is required.`
-    : e.keyword === 'additionalProperties' ? `Unknown field ${field}.`
-    : e.keyword === 'enum' ? `The ${field} must be one of ${(p.allowedValues as unknown[]).join(', ')}.`
-    : `The ${field} ${e.message ?? 'is invalid'}.`;
+    e.keyword === 'required'
+      ? `The ${field} is required.`
+      : e.keyword === 'additionalProperties'
+        ? `Unknown field ${field}.`
+        : e.keyword === 'enum'
+          ? `The ${field} must be one of ${(p.allowedValues as unknown[]).join(', ')}.`
+          : `The ${field} ${e.message ?? 'is invalid'}.`;
   return new ControlError(400, field, message).toBody();
 }

@@ -4,17 +4,21 @@
  * everything. Ids of every kind run from 1 without gaps: `byId(list, id)` is an array access.
  */
 import { CONFIGS, FIELD_VALUES, MILESTONE_TYPES, STATES, STATUSES, TAGS, TEMPLATES, makeIssues } from './lookups.js';
-import type {
-  AutomationSource, Caller, DatasetOptions, Group, Issue, Milestone, Named, Project, Role, Run, Scale, Session, Status, User,
-} from './model.js';
+import type { AutomationSource, Caller, DatasetOptions, Group, Issue, Milestone, Named, Project, Role, Run, Scale, Session, Status, User } from './model.js';
 import { makeCallers, makeGroups, makeMemberships, makeProjects, makeRoles, makeUsers } from './people.js';
 import { Prng } from './prng.js';
 import { ResultStore } from './results.js';
 import { makeMilestones, makeRuns, makeSessions, makeSources, milestonesByProject } from './work.js';
 
 interface Sizes {
-  users: number; groups: number; projects: number; milestones: number;
-  runs: number; sessions: number; sources: number; issues: number;
+  users: number;
+  groups: number;
+  projects: number;
+  milestones: number;
+  runs: number;
+  sessions: number;
+  sources: number;
+  issues: number;
 }
 
 /** medium ≈ 10× small and large ≈ 100× small for the work; people and projects grow slower. */
@@ -84,10 +88,26 @@ export function generateDataset(opts: DatasetOptions): Dataset {
   const sessions = makeSessions(ctx, sizes.sessions, milestones);
   const sources = makeSources(ctx, sizes.sources);
   return {
-    seed: opts.seed, scale: opts.scale,
-    statuses: STATUSES, states: STATES, configs: CONFIGS, templates: TEMPLATES, milestoneTypes: MILESTONE_TYPES,
-    fieldValues: FIELD_VALUES, tags: TAGS, issues: makeIssues(sizes.issues),
-    users, roles, groups, projects, milestones, runs, sessions, sources, results, access,
+    seed: opts.seed,
+    scale: opts.scale,
+    statuses: STATUSES,
+    states: STATES,
+    configs: CONFIGS,
+    templates: TEMPLATES,
+    milestoneTypes: MILESTONE_TYPES,
+    fieldValues: FIELD_VALUES,
+    tags: TAGS,
+    issues: makeIssues(sizes.issues),
+    users,
+    roles,
+    groups,
+    projects,
+    milestones,
+    runs,
+    sessions,
+    sources,
+    results,
+    access,
     callers: makeCallers(opts.seed),
     byProject: indexByProject(projects.length, milestones, runs, sessions, sources),
     runResults: indexResults(runs, results),
@@ -101,9 +121,7 @@ function groupBy<T>(items: readonly T[], size: number, key: (item: T) => number)
   return out;
 }
 
-function indexByProject(
-  count: number, milestones: Milestone[], runs: Run[], sessions: Session[], sources: AutomationSource[],
-): ProjectIndex[] {
+function indexByProject(count: number, milestones: Milestone[], runs: Run[], sessions: Session[], sources: AutomationSource[]): ProjectIndex[] {
   const m = milestonesByProject(milestones, count);
   const r = groupBy(runs, count, (x) => x.project_id);
   const s = groupBy(sessions, count, (x) => x.project_id);

@@ -16,8 +16,14 @@ function milestoneStats(data: Dataset, id: number) {
   for (const r of runs) for (let k = 0; k < sum.length; k++) sum[k]! += r.counts[k]!;
   const c = counterFields(data, sum);
   return {
-    id, name: m.name, run_count: runs.length, untested_count: c.untested_count, success_count: c.success_count,
-    failure_count: c.failure_count, completed_count: c.completed_count, total_count: c.total_count,
+    id,
+    name: m.name,
+    run_count: runs.length,
+    untested_count: c.untested_count,
+    success_count: c.success_count,
+    failure_count: c.failure_count,
+    completed_count: c.completed_count,
+    total_count: c.total_count,
   };
 }
 
@@ -26,19 +32,32 @@ const idName = (x: Named | undefined) => (x ? { id: x.id, name: x.name } : undef
 /** The expand object of one type and id, or undefined when it does not exist. */
 function expandObject(data: Dataset, type: ExpandType, id: number): unknown {
   switch (type) {
-    case 'users': return idName(byId(data.users, id));
-    case 'roles': return idName(byId(data.roles, id));
-    case 'groups': return idName(byId(data.groups, id));
-    case 'milestones': return idName(byId(data.milestones, id));
-    case 'automation_sources': return idName(byId(data.sources, id));
-    case 'configs': return byId(data.configs, id);
-    case 'states': return byId(data.states, id);
-    case 'templates': return byId(data.templates, id);
-    case 'milestone_types': return byId(data.milestoneTypes, id);
-    case 'field_values': return byId(data.fieldValues, id);
-    case 'statuses': return byId(data.statuses, id);
-    case 'issues': return byId(data.issues, id);
-    case 'milestone_stats': return milestoneStats(data, id);
+    case 'users':
+      return idName(byId(data.users, id));
+    case 'roles':
+      return idName(byId(data.roles, id));
+    case 'groups':
+      return idName(byId(data.groups, id));
+    case 'milestones':
+      return idName(byId(data.milestones, id));
+    case 'automation_sources':
+      return idName(byId(data.sources, id));
+    case 'configs':
+      return byId(data.configs, id);
+    case 'states':
+      return byId(data.states, id);
+    case 'templates':
+      return byId(data.templates, id);
+    case 'milestone_types':
+      return byId(data.milestoneTypes, id);
+    case 'field_values':
+      return byId(data.fieldValues, id);
+    case 'statuses':
+      return byId(data.statuses, id);
+    case 'issues':
+      return byId(data.issues, id);
+    case 'milestone_stats':
+      return milestoneStats(data, id);
   }
 }
 

@@ -23,12 +23,17 @@ export const FaultsSchema = Type.Object(
     down: Type.Optional(Type.Boolean()),
     rate_limit: Type.Optional(RateLimitSchema),
     // Not a fault: the instance's CORS, as one in front of a browser dashboard answers (api.ts).
-    cors: Type.Optional(Type.Object({
-      /** Origins answered with Access-Control-Allow-Origin: <the origin> and Vary: Origin. */
-      origins: Type.Array(Type.String({ maxLength: 200 }), { maxItems: 20 }),
-      /** Access-Control-Expose-Headers of the answers, e.g. "ETag, Cache-Status". */
-      expose_headers: Type.Optional(Type.String({ maxLength: 200, pattern: '^[A-Za-z0-9, -]*$' })),
-    }, { additionalProperties: false })),
+    cors: Type.Optional(
+      Type.Object(
+        {
+          /** Origins answered with Access-Control-Allow-Origin: <the origin> and Vary: Origin. */
+          origins: Type.Array(Type.String({ maxLength: 200 }), { maxItems: 20 }),
+          /** Access-Control-Expose-Headers of the answers, e.g. "ETag, Cache-Status". */
+          expose_headers: Type.Optional(Type.String({ maxLength: 200, pattern: '^[A-Za-z0-9, -]*$' })),
+        },
+        { additionalProperties: false },
+      ),
+    ),
   },
   { additionalProperties: false },
 );

@@ -6,7 +6,16 @@ import type { ExpandType } from '../api/catalogue.js';
 import type { Dataset } from './dataset.js';
 import type { AutomationSource, Closable, Group, Milestone, Project, Role, Run, Session, User } from './model.js';
 import {
-  type JsonMemo, groupObject, milestoneObject, projectObject, resultJson, roleObject, runObject, sessionObject, sourceObject, userObject,
+  type JsonMemo,
+  groupObject,
+  milestoneObject,
+  projectObject,
+  resultJson,
+  roleObject,
+  runObject,
+  sessionObject,
+  sourceObject,
+  userObject,
 } from './serialize.js';
 
 /** The dataset and its memoized JSON: what every read needs. */
@@ -45,7 +54,10 @@ function counterStatuses(counts: Int32Array, add: Add): void {
 
 function closableRefs<T extends Closable>(): Refs<T> {
   return {
-    users: (x, add) => { stampUsers(x, add); add(x.closed_by); },
+    users: (x, add) => {
+      stampUsers(x, add);
+      add(x.closed_by);
+    },
     configs: (x, add) => add(x.config_id),
     milestones: (x, add) => add(x.milestone_id),
     states: (x, add) => add(x.state_id),
@@ -69,14 +81,20 @@ export const RUN: Kind<Run> = objectKind<Run>((r, w) => w.memo.get('run', r.id, 
 const sessionBase = closableRefs<Session>();
 export const SESSION: Kind<Session> = objectKind<Session>((s, w) => w.memo.get('session', s.id, () => sessionObject(w.data, s)), {
   ...sessionBase,
-  users: (s, add, w) => { sessionBase.users!(s, add, w); add(s.assignee_id); },
+  users: (s, add, w) => {
+    sessionBase.users!(s, add, w);
+    add(s.assignee_id);
+  },
   templates: (s, add) => add(s.template_id),
   field_values: (s, add) => s.field_values.forEach(add),
 });
 
 export const MILESTONE: Kind<Milestone> = objectKind<Milestone>((m, w) => w.memo.get('milestone', m.id, () => milestoneObject(m)), {
   users: stampUsers,
-  milestones: (m, add) => { add(m.parent_id); add(m.root_id); },
+  milestones: (m, add) => {
+    add(m.parent_id);
+    add(m.root_id);
+  },
   milestone_types: (m, add) => add(m.type_id),
   milestone_stats: (m, add) => add(m.id),
   issues: (m, add) => m.issues.forEach(add),
@@ -84,13 +102,19 @@ export const MILESTONE: Kind<Milestone> = objectKind<Milestone>((m, w) => w.memo
 });
 
 export const SOURCE: Kind<AutomationSource> = objectKind<AutomationSource>((s, w) => w.memo.get('source', s.id, () => sourceObject(s)), {
-  users: (s, add) => { stampUsers(s, add); add(s.retired_by); },
+  users: (s, add) => {
+    stampUsers(s, add);
+    add(s.retired_by);
+  },
 });
 
 export const ROLE: Kind<Role> = objectKind<Role>((r, w) => w.memo.get('role', r.id, () => roleObject(r)), { users: stampUsers });
 
 export const GROUP: Kind<Group> = objectKind<Group>((g, w) => w.memo.get('group', g.id, () => groupObject(g)), {
-  users: (g, add) => { stampUsers(g, add); g.members.forEach(add); },
+  users: (g, add) => {
+    stampUsers(g, add);
+    g.members.forEach(add);
+  },
 });
 
 /** Project members answer with id and name only (spec, project user list). */
@@ -109,7 +133,10 @@ export const RESULT: Kind<number> = {
   refs: {
     users: (i, add, w) => {
       const r = w.data.results;
-      add(r.ref('created_by', i)); add(r.ref('updated_by', i)); add(r.ref('deleted_by', i)); add(r.ref('assignee_id', i));
+      add(r.ref('created_by', i));
+      add(r.ref('updated_by', i));
+      add(r.ref('deleted_by', i));
+      add(r.ref('assignee_id', i));
     },
     statuses: (i, add, w) => add(w.data.results.int('status_id', i)),
     issues: (i, add, w) => add(w.data.results.ref('issue_id', i)),
@@ -119,11 +146,17 @@ export const RESULT: Kind<number> = {
 function resultField(data: Dataset, i: number, name: string): unknown {
   const r = data.results;
   switch (name) {
-    case 'created_at': return r.time('created_at', i);
-    case 'is_latest': return r.int('is_latest', i) === 1;
-    case 'assignee_id': return r.ref('assignee_id', i);
-    case 'created_by': return r.int('created_by', i);
-    case 'status_id': return r.int('status_id', i);
-    default: return undefined;
+    case 'created_at':
+      return r.time('created_at', i);
+    case 'is_latest':
+      return r.int('is_latest', i) === 1;
+    case 'assignee_id':
+      return r.ref('assignee_id', i);
+    case 'created_by':
+      return r.int('created_by', i);
+    case 'status_id':
+      return r.int('status_id', i);
+    default:
+      return undefined;
   }
 }

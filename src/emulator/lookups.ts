@@ -23,14 +23,26 @@ const named = (names: readonly string[]): Named[] => names.map((name, i) => ({ i
 
 export const STATES = named(['New', 'In progress', 'Under review', 'Done', 'Rejected']);
 export const CONFIGS = named([
-  'Chrome / Linux', 'Chrome / Windows', 'Firefox / Linux', 'Firefox / Windows',
-  'Safari / macOS', 'Edge / Windows', 'iOS 18 / iPhone', 'Android 15 / Pixel',
+  'Chrome / Linux',
+  'Chrome / Windows',
+  'Firefox / Linux',
+  'Firefox / Windows',
+  'Safari / macOS',
+  'Edge / Windows',
+  'iOS 18 / iPhone',
+  'Android 15 / Pixel',
 ]);
 export const TEMPLATES = named(['Exploratory', 'Regression charter', 'Smoke charter', 'Accessibility review']);
 export const MILESTONE_TYPES = named(['Release', 'Sprint', 'Iteration', 'Hotfix']);
 export const FIELD_VALUES = named([
-  'Priority: High', 'Priority: Medium', 'Priority: Low', 'Area: Checkout',
-  'Area: Search', 'Area: Accounts', 'Platform: Web', 'Platform: Mobile',
+  'Priority: High',
+  'Priority: Medium',
+  'Priority: Low',
+  'Area: Checkout',
+  'Area: Search',
+  'Area: Accounts',
+  'Platform: Web',
+  'Platform: Mobile',
 ]);
 export const TAGS = ['api', 'flaky', 'mobile', 'nightly', 'performance', 'regression', 'release', 'security', 'smoke', 'ui'];
 export const AUTOMATION_TAGS = ['ci', 'e2e', 'integration', 'unit', 'visual'];
@@ -57,14 +69,64 @@ export function makeIssues(count: number): Issue[] {
 }
 
 export const FIRST_NAMES = [
-  'Ada', 'Ben', 'Chloe', 'Dmitri', 'Elena', 'Farah', 'Goran', 'Hana', 'Ivo', 'Jun', 'Kemal', 'Lena',
-  'Mateo', 'Nora', 'Omar', 'Priya', 'Quentin', 'Rosa', 'Sven', 'Tariq', 'Uma', 'Viktor', 'Wen', 'Yara',
+  'Ada',
+  'Ben',
+  'Chloe',
+  'Dmitri',
+  'Elena',
+  'Farah',
+  'Goran',
+  'Hana',
+  'Ivo',
+  'Jun',
+  'Kemal',
+  'Lena',
+  'Mateo',
+  'Nora',
+  'Omar',
+  'Priya',
+  'Quentin',
+  'Rosa',
+  'Sven',
+  'Tariq',
+  'Uma',
+  'Viktor',
+  'Wen',
+  'Yara',
 ];
 export const LAST_NAMES = [
-  'Lovelace', 'Okafor', 'Martin', 'Ivanov', 'Rossi', 'Haddad', 'Novak', 'Sato', 'Horvat', 'Chen',
-  'Yilmaz', 'Berg', 'Garcia', 'Lind', 'Farouk', 'Nair', 'Dubois', 'Silva', 'Olsen', 'Aziz',
+  'Lovelace',
+  'Okafor',
+  'Martin',
+  'Ivanov',
+  'Rossi',
+  'Haddad',
+  'Novak',
+  'Sato',
+  'Horvat',
+  'Chen',
+  'Yilmaz',
+  'Berg',
+  'Garcia',
+  'Lind',
+  'Farouk',
+  'Nair',
+  'Dubois',
+  'Silva',
+  'Olsen',
+  'Aziz',
 ];
 export const PROJECT_NAMES = [
-  'Checkout', 'Mobile app', 'Search', 'Accounts', 'Payments', 'Reporting', 'Onboarding', 'Admin console',
-  'Notifications', 'Inventory', 'Shipping', 'Catalogue',
+  'Checkout',
+  'Mobile app',
+  'Search',
+  'Accounts',
+  'Payments',
+  'Reporting',
+  'Onboarding',
+  'Admin console',
+  'Notifications',
+  'Inventory',
+  'Shipping',
+  'Catalogue',
 ];

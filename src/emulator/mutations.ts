@@ -88,8 +88,12 @@ mutation('complete_milestone', { milestone_id: Id, ...ACTOR }, (state, body) => 
  * latest result loses is_latest; the run's counters move the test to the new status.
  */
 const ADD_RESULT = {
-  run_id: Id, status_id: Type.Integer({ minimum: 1, maximum: STATUSES.length }), test_id: Type.Optional(Id),
-  assignee_id: Type.Optional(Type.Union([Id, Type.Null()])), elapsed: Type.Optional(Type.Integer({ minimum: 0 })), ...ACTOR,
+  run_id: Id,
+  status_id: Type.Integer({ minimum: 1, maximum: STATUSES.length }),
+  test_id: Type.Optional(Id),
+  assignee_id: Type.Optional(Type.Union([Id, Type.Null()])),
+  elapsed: Type.Optional(Type.Integer({ minimum: 0 })),
+  ...ACTOR,
 };
 mutation('add_result', ADD_RESULT, (state, body) => {
   const run = mustFind(state.data.runs, body, 'run_id');
@@ -103,10 +107,22 @@ mutation('add_result', ADD_RESULT, (state, body) => {
   const previous = run.latest[t]!;
   if (previous >= 0) store.setInt('is_latest', previous, 0);
   const index = store.push({
-    project_id: run.project_id, run_id: run.id, test_id: testId, case_id: run.caseIds[t]!, status_id: body.status_id,
-    note: 0, elapsed: body.elapsed ?? 60, assignee_id: body.assignee_id ?? null,
-    is_latest: true, issue_id: null, created_at: at, created_by: by,
-    updated_at: null, updated_by: null, deleted_at: null, deleted_by: null,
+    project_id: run.project_id,
+    run_id: run.id,
+    test_id: testId,
+    case_id: run.caseIds[t]!,
+    status_id: body.status_id,
+    note: 0,
+    elapsed: body.elapsed ?? 60,
+    assignee_id: body.assignee_id ?? null,
+    is_latest: true,
+    issue_id: null,
+    created_at: at,
+    created_by: by,
+    updated_at: null,
+    updated_by: null,
+    deleted_at: null,
+    deleted_by: null,
   });
   run.latest[t] = index;
   state.data.runResults[run.id - 1]!.push(index);

@@ -11,15 +11,16 @@ import { makeErrorBody, type ErrorBody } from '../api/errors.js';
 import type { CanonicalRequest } from '../api/normalize.js';
 import { areaOf, type AreaDenials } from './areas.js';
 import { byId, canAccess } from './dataset.js';
-import {
-  GROUP, MILESTONE, PROJECT, PROJECT_USER, RESULT, ROLE, RUN, SESSION, SOURCE, USER, type Kind, type World,
-} from './kinds.js';
+import { GROUP, MILESTONE, PROJECT, PROJECT_USER, RESULT, ROLE, RUN, SESSION, SOURCE, USER, type Kind, type World } from './kinds.js';
 import { listBody, makeSingleBody } from './query.js';
 import { currentUserObject } from './serialize.js';
 
 /** An answer other than 200, with the API's error body. */
 export class HttpError extends Error {
-  constructor(readonly status: number, readonly body: ErrorBody) {
+  constructor(
+    readonly status: number,
+    readonly body: ErrorBody,
+  ) {
     super(body.message);
   }
 }
@@ -46,7 +47,10 @@ function assertProjectAccess(ctx: OperationContext, projectId: number, param: st
   if (!canAccess(ctx.world.data, ctx.userId, projectId)) throw noProjectAccess(ctx.req.op, param, id);
   const area = areaOf(ctx.req.op.id);
   if (area !== undefined && ctx.world.denials.isDenied(ctx.userId, projectId, area)) {
-    throw new HttpError(403, makeErrorBody(`You do not have access to the ${area} of this project.`, { [param]: [`No access to ${area} of project ${projectId}.`] }));
+    throw new HttpError(
+      403,
+      makeErrorBody(`You do not have access to the ${area} of this project.`, { [param]: [`No access to ${area} of project ${projectId}.`] }),
+    );
   }
 }
 
@@ -69,9 +73,7 @@ function find<T extends { readonly id: number }>(ctx: OperationContext, list: re
 const projectOf = (x: { project_id: number }) => x.project_id;
 const selfProject = (x: { id: number }) => x.id;
 
-function single<T extends { readonly id: number }>(
-  kind: Kind<T>, list: (w: World) => readonly T[], param: string, scope?: (x: T) => number,
-): Handler {
+function single<T extends { readonly id: number }>(kind: Kind<T>, list: (w: World) => readonly T[], param: string, scope?: (x: T) => number): Handler {
   return (ctx) => makeSingleBody(ctx.world, kind, find(ctx, list(ctx.world), param, scope), ctx.req);
 }
 

@@ -21,12 +21,18 @@ const SETUP_START_MS = DATASET_NOW_MS - HISTORY_MS - 60 * DAY_MS;
 function fixedAccess(userId: number, projectCount: number): number[] | undefined {
   const all = Array.from({ length: projectCount }, (_, i) => i + 1);
   switch (userId) {
-    case 1: return all;
-    case 2: return all.filter((id) => id <= Math.ceil(projectCount / 2));
-    case 3: return all.filter((id) => id > Math.floor(projectCount / 4) && id <= Math.ceil((3 * projectCount) / 4));
-    case 4: return all.filter((id) => id % 2 === 1);
-    case 5: return [];
-    default: return undefined;
+    case 1:
+      return all;
+    case 2:
+      return all.filter((id) => id <= Math.ceil(projectCount / 2));
+    case 3:
+      return all.filter((id) => id > Math.floor(projectCount / 4) && id <= Math.ceil((3 * projectCount) / 4));
+    case 4:
+      return all.filter((id) => id % 2 === 1);
+    case 5:
+      return [];
+    default:
+      return undefined;
   }
 }
 
@@ -45,8 +51,12 @@ export function makeRoles(rng: Prng): Role[] {
     const created_at = setupTime(rng);
     const updated = rng.chance(0.5);
     return {
-      id: i + 1, name, permissions: rng.int(1, 0xffff), is_default: i === 1,
-      created_at, created_by: ADMIN_USER_ID,
+      id: i + 1,
+      name,
+      permissions: rng.int(1, 0xffff),
+      is_default: i === 1,
+      created_at,
+      created_by: ADMIN_USER_ID,
       updated_at: updated ? created_at + rng.int(DAY_MS, 300 * DAY_MS) : null,
       updated_by: updated ? ADMIN_USER_ID : null,
     };
@@ -61,14 +71,18 @@ export function makeUsers(rng: Prng, count: number, roleCount: number): User[] {
     const created_at = SETUP_START_MS + id * 60_000 + rng.int(0, 59_999);
     const updated = rng.chance(0.6);
     users.push({
-      id, name: `${first} ${last}`, email: `${first}.${last}.${id}@example.test`.toLowerCase(),
+      id,
+      name: `${first} ${last}`,
+      email: `${first}.${last}.${id}@example.test`.toLowerCase(),
       type: id === ADMIN_USER_ID ? 2 : 1,
       timezone: rng.chance(0.3) ? null : rng.pick(['UTC', 'Europe/Berlin', 'America/New_York', 'Asia/Tokyo']),
       date_format: rng.chance(0.4) ? null : rng.pick(['Y-m-d', 'd.m.Y', 'm/d/Y']),
       time_format: rng.chance(0.4) ? null : rng.pick(['H:i', 'h:i A']),
       role_id: id === ADMIN_USER_ID ? roleCount : rng.int(1, roleCount),
-      groups: [], is_admin: id === ADMIN_USER_ID,
-      created_at, created_by: id === ADMIN_USER_ID ? null : ADMIN_USER_ID,
+      groups: [],
+      is_admin: id === ADMIN_USER_ID,
+      created_at,
+      created_by: id === ADMIN_USER_ID ? null : ADMIN_USER_ID,
       updated_at: updated ? created_at + rng.int(DAY_MS, HISTORY_MS) : null,
       updated_by: updated ? rng.pick([ADMIN_USER_ID, id]) : null,
     });
@@ -85,8 +99,11 @@ export function makeGroups(rng: Prng, count: number, users: User[]): Group[] {
     const created_at = setupTime(rng);
     const updated = rng.chance(0.5);
     groups.push({
-      id, name: `Group ${String.fromCharCode(64 + ((id - 1) % 26) + 1)}${id > 26 ? id : ''}`, members,
-      created_at, created_by: ADMIN_USER_ID,
+      id,
+      name: `Group ${String.fromCharCode(64 + ((id - 1) % 26) + 1)}${id > 26 ? id : ''}`,
+      members,
+      created_at,
+      created_by: ADMIN_USER_ID,
       updated_at: updated ? created_at + rng.int(DAY_MS, HISTORY_MS) : null,
       updated_by: updated ? ADMIN_USER_ID : null,
     });
@@ -98,16 +115,19 @@ export function makeGroups(rng: Prng, count: number, users: User[]): Group[] {
 export function makeProjects(rng: Prng, count: number): Project[] {
   const projects: Project[] = [];
   for (let id = 1; id <= count; id++) {
-    const created_at = SETUP_START_MS + id * DAY_MS / 4 + rng.int(0, 3600_000);
+    const created_at = SETUP_START_MS + (id * DAY_MS) / 4 + rng.int(0, 3600_000);
     const is_completed = id % 3 === 0;
     const completed_at = is_completed ? DATASET_NOW_MS - rng.int(DAY_MS, 120 * DAY_MS) : null;
     const updated = is_completed || rng.chance(0.6);
     const base = PROJECT_NAMES[(id - 1) % PROJECT_NAMES.length]!;
     projects.push({
-      id, name: id <= PROJECT_NAMES.length ? base : `${base} ${Math.ceil(id / PROJECT_NAMES.length)}`,
+      id,
+      name: id <= PROJECT_NAMES.length ? base : `${base} ${Math.ceil(id / PROJECT_NAMES.length)}`,
       note: rng.chance(0.4) ? null : `Tests for the ${base.toLowerCase()} area.`,
-      is_completed, completed_at,
-      created_at, created_by: ADMIN_USER_ID,
+      is_completed,
+      completed_at,
+      created_at,
+      created_by: ADMIN_USER_ID,
       updated_at: updated ? (completed_at ?? created_at + rng.int(DAY_MS, HISTORY_MS)) : null,
       updated_by: updated ? ADMIN_USER_ID : null,
     });

@@ -21,7 +21,8 @@ type Predicate<T> = (item: T) => boolean;
 /** [lo, hi) of the candidates with created_at in [after, before). */
 function createdRange<T>(world: World, kind: Kind<T>, items: readonly T[], after?: number, before?: number): [number, number] {
   const lowerBound = (t: number) => {
-    let lo = 0, hi = items.length;
+    let lo = 0,
+      hi = items.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
       if (kind.createdAt(items[mid]!, world) < t) lo = mid + 1;
@@ -37,8 +38,15 @@ function compileFilter<T>(world: World, kind: Kind<T>, name: string, value: Filt
   if (name.endsWith('_after') || name.endsWith('_before')) {
     const field = name.replace(/_(after|before)$/, '_at');
     const t = value as number;
-    if (name.endsWith('_after')) return (x) => { const v = get(x, field) as number | null; return v !== null && v >= t; };
-    return (x) => { const v = get(x, field) as number | null; return v !== null && v < t; };
+    if (name.endsWith('_after'))
+      return (x) => {
+        const v = get(x, field) as number | null;
+        return v !== null && v >= t;
+      };
+    return (x) => {
+      const v = get(x, field) as number | null;
+      return v !== null && v < t;
+    };
   }
   if (name === 'get_latest_result') return value ? (x) => get(x, 'is_latest') === true : () => true;
   if (typeof value === 'boolean') return (x) => get(x, name) === value;

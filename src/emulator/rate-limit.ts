@@ -76,7 +76,10 @@ class CountLimiter implements RateLimiter {
   private served = 0;
   private limitedUntilMs: number | null = null;
 
-  constructor(private readonly afterN: number, private readonly retryAfterS: number) {}
+  constructor(
+    private readonly afterN: number,
+    private readonly retryAfterS: number,
+  ) {}
 
   admit(nowMs: number): RateLimited | undefined {
     if (this.limitedUntilMs !== null && nowMs >= this.limitedUntilMs) {

@@ -23,8 +23,19 @@ export interface NewResult {
 }
 
 const INT_COLUMNS = [
-  'project_id', 'run_id', 'test_id', 'case_id', 'status_id', 'note', 'elapsed',
-  'assignee_id', 'is_latest', 'issue_id', 'created_by', 'updated_by', 'deleted_by',
+  'project_id',
+  'run_id',
+  'test_id',
+  'case_id',
+  'status_id',
+  'note',
+  'elapsed',
+  'assignee_id',
+  'is_latest',
+  'issue_id',
+  'created_by',
+  'updated_by',
+  'deleted_by',
 ] as const;
 const TIME_COLUMNS = ['created_at', 'updated_at', 'deleted_at'] as const;
 type IntColumn = (typeof INT_COLUMNS)[number];

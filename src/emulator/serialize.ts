@@ -8,7 +8,15 @@ import type { Dataset } from './dataset.js';
 import { NOTES } from './lookups.js';
 import {
   COUNTER_SLOTS,
-  type AutomationSource, type Closable, type Group, type Milestone, type Project, type Role, type Run, type Session, type User,
+  type AutomationSource,
+  type Closable,
+  type Group,
+  type Milestone,
+  type Project,
+  type Role,
+  type Run,
+  type Session,
+  type User,
 } from './model.js';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -33,7 +41,10 @@ export class JsonMemo {
 }
 
 const stamps = (x: { created_at: number; created_by: number | null; updated_at: number | null; updated_by: number | null }) => ({
-  created_at: iso(x.created_at), created_by: x.created_by, updated_at: iso(x.updated_at), updated_by: x.updated_by,
+  created_at: iso(x.created_at),
+  created_by: x.created_by,
+  updated_at: iso(x.updated_at),
+  updated_by: x.updated_by,
 });
 
 export function currentUserObject(u: User) {
@@ -42,9 +53,16 @@ export function currentUserObject(u: User) {
 
 export function userObject(u: User) {
   return {
-    id: u.id, name: u.name, email: u.email, type: u.type,
-    timezone: u.timezone, date_format: u.date_format, time_format: u.time_format,
-    role_id: u.role_id, groups: u.groups, ...stamps(u),
+    id: u.id,
+    name: u.name,
+    email: u.email,
+    type: u.type,
+    timezone: u.timezone,
+    date_format: u.date_format,
+    time_format: u.time_format,
+    role_id: u.role_id,
+    groups: u.groups,
+    ...stamps(u),
   };
 }
 
@@ -53,16 +71,24 @@ export function projectObject(data: Dataset, p: Project) {
   let completed = 0;
   for (const m of ms) if (m.is_completed) completed++;
   return {
-    id: p.id, name: p.name, note: p.note, is_completed: p.is_completed,
-    milestone_count: ms.length, milestone_active_count: ms.length - completed, milestone_completed_count: completed,
-    ...stamps(p), completed_at: iso(p.completed_at),
+    id: p.id,
+    name: p.name,
+    note: p.note,
+    is_completed: p.is_completed,
+    milestone_count: ms.length,
+    milestone_active_count: ms.length - completed,
+    milestone_completed_count: completed,
+    ...stamps(p),
+    completed_at: iso(p.completed_at),
   };
 }
 
 /** untested + status1..24, then success/failure/completed/total derived from the status flags. */
 export function counterFields(data: Dataset, counts: Int32Array): Record<string, number> {
   const out: Record<string, number> = { untested_count: counts[0]! };
-  let success = 0, failure = 0, total = counts[0]!;
+  let success = 0,
+    failure = 0,
+    total = counts[0]!;
   for (let k = 1; k < COUNTER_SLOTS; k++) {
     const n = counts[k]!;
     out[`status${k}_count`] = n;
@@ -81,8 +107,11 @@ function closableHead(c: Closable) {
 }
 function closableTail(data: Dataset, c: Closable) {
   return {
-    is_closed: c.is_closed, ...counterFields(data, c.counts), ...stamps(c),
-    closed_at: iso(c.closed_at), closed_by: c.closed_by,
+    is_closed: c.is_closed,
+    ...counterFields(data, c.counts),
+    ...stamps(c),
+    closed_at: iso(c.closed_at),
+    closed_by: c.closed_by,
   };
 }
 
@@ -92,16 +121,29 @@ export function runObject(data: Dataset, r: Run) {
 
 export function sessionObject(data: Dataset, s: Session) {
   return {
-    ...closableHead(s), template_id: s.template_id, assignee_id: s.assignee_id,
-    tags: s.tags, issues: s.issues, field_values: s.field_values, ...closableTail(data, s),
+    ...closableHead(s),
+    template_id: s.template_id,
+    assignee_id: s.assignee_id,
+    tags: s.tags,
+    issues: s.issues,
+    field_values: s.field_values,
+    ...closableTail(data, s),
   };
 }
 
 export function milestoneObject(m: Milestone) {
   return {
-    id: m.id, project_id: m.project_id, root_id: m.root_id, parent_id: m.parent_id, name: m.name,
-    type_id: m.type_id, automation_tags: m.automation_tags, issues: m.issues,
-    is_completed: m.is_completed, ...stamps(m), completed_at: iso(m.completed_at),
+    id: m.id,
+    project_id: m.project_id,
+    root_id: m.root_id,
+    parent_id: m.parent_id,
+    name: m.name,
+    type_id: m.type_id,
+    automation_tags: m.automation_tags,
+    issues: m.issues,
+    is_completed: m.is_completed,
+    ...stamps(m),
+    completed_at: iso(m.completed_at),
   };
 }
 
@@ -115,9 +157,18 @@ export function groupObject(g: Group) {
 
 export function sourceObject(s: AutomationSource) {
   return {
-    id: s.id, project_id: s.project_id, name: s.name, status: s.status, is_retired: s.is_retired,
-    run_count: s.run_count, test_count_average: s.test_count_average, elapsed_average: s.elapsed_average,
-    ran_at: iso(s.ran_at), ...stamps(s), retired_at: iso(s.retired_at), retired_by: s.retired_by,
+    id: s.id,
+    project_id: s.project_id,
+    name: s.name,
+    status: s.status,
+    is_retired: s.is_retired,
+    run_count: s.run_count,
+    test_count_average: s.test_count_average,
+    elapsed_average: s.elapsed_average,
+    ran_at: iso(s.ran_at),
+    ...stamps(s),
+    retired_at: iso(s.retired_at),
+    retired_by: s.retired_by,
   };
 }
 
@@ -126,12 +177,22 @@ export function resultJson(data: Dataset, i: number): string {
   const r = data.results;
   const issue = r.ref('issue_id', i);
   return JSON.stringify({
-    id: i + 1, project_id: r.int('project_id', i), run_id: r.int('run_id', i), test_id: r.int('test_id', i),
-    case_id: r.int('case_id', i), status_id: r.int('status_id', i), note: NOTES[r.int('note', i)] ?? '',
-    elapsed: r.int('elapsed', i), assignee_id: r.ref('assignee_id', i), is_latest: r.int('is_latest', i) === 1,
+    id: i + 1,
+    project_id: r.int('project_id', i),
+    run_id: r.int('run_id', i),
+    test_id: r.int('test_id', i),
+    case_id: r.int('case_id', i),
+    status_id: r.int('status_id', i),
+    note: NOTES[r.int('note', i)] ?? '',
+    elapsed: r.int('elapsed', i),
+    assignee_id: r.ref('assignee_id', i),
+    is_latest: r.int('is_latest', i) === 1,
     issues: issue === null ? [] : [issue],
-    created_at: iso(r.time('created_at', i)), created_by: r.int('created_by', i),
-    updated_at: iso(r.time('updated_at', i)), updated_by: r.ref('updated_by', i),
-    deleted_at: iso(r.time('deleted_at', i)), deleted_by: r.ref('deleted_by', i),
+    created_at: iso(r.time('created_at', i)),
+    created_by: r.int('created_by', i),
+    updated_at: iso(r.time('updated_at', i)),
+    updated_by: r.ref('updated_by', i),
+    deleted_at: iso(r.time('deleted_at', i)),
+    deleted_by: r.ref('deleted_by', i),
   });
 }

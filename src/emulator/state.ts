@@ -45,7 +45,10 @@ export class EmulatorState implements OperationWorld {
   readonly faults: FaultInjector;
   private readonly byToken: Map<string, Caller>;
 
-  constructor(readonly data: Dataset, readonly nowMs: WallClock = Date.now) {
+  constructor(
+    readonly data: Dataset,
+    readonly nowMs: WallClock = Date.now,
+  ) {
     this.faults = new FaultInjector(data.seed);
     this.byToken = new Map(data.callers.map((c) => [c.token, c]));
   }

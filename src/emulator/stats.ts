@@ -60,8 +60,12 @@ export class RequestStats {
   /** Keys sorted, so the snapshot itself is deterministic. */
   snapshot(): StatsSnapshot {
     return {
-      total: this.total, peak_per_s: this.peak.peakPerSecond(), rate_limited: this.rateLimited, lockouts: this.lockouts,
-      by_route: sorted(this.byRoute), by_token: sorted(this.byToken),
+      total: this.total,
+      peak_per_s: this.peak.peakPerSecond(),
+      rate_limited: this.rateLimited,
+      lockouts: this.lockouts,
+      by_route: sorted(this.byRoute),
+      by_token: sorted(this.byToken),
     };
   }
 }

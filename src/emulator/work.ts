@@ -4,10 +4,7 @@
  * grow with created_at and the per-project arrays built from them are already sorted by it.
  */
 import { AUTOMATION_TAGS, CONFIGS, FIELD_VALUES, MILESTONE_TYPES, NOTES, RESULT_STATUS_WEIGHTS, STATES, TAGS, TEMPLATES } from './lookups.js';
-import {
-  COUNTER_SLOTS, DATASET_NOW_MS, HISTORY_MS,
-  type AutomationSource, type Milestone, type Run, type Session,
-} from './model.js';
+import { COUNTER_SLOTS, DATASET_NOW_MS, HISTORY_MS, type AutomationSource, type Milestone, type Run, type Session } from './model.js';
 import type { Prng } from './prng.js';
 import { type ResultStore } from './results.js';
 
@@ -66,11 +63,18 @@ export function makeMilestones(ctx: WorkContext, count: number): Milestone[] {
     const is_completed = ctx.rng.chance(0.2 + (0.6 * (DATASET_NOW_MS - created_at)) / HISTORY_MS);
     const completed_at = is_completed ? Math.min(DATASET_NOW_MS - HOUR_MS, created_at + ctx.rng.int(DAY_MS, 90 * DAY_MS)) : null;
     const m: Milestone = {
-      id: i + 1, project_id, root_id: parent ? (parent.root_id ?? parent.id) : null, parent_id: parent?.id ?? null,
-      name: `${ctx.rng.pick(MILESTONE_TYPES).name} ${i + 1}`, type_id: ctx.rng.pick(MILESTONE_TYPES).id,
-      automation_tags: ctx.rng.subset(AUTOMATION_TAGS, 2, 0.4), issues: issueRefs(ctx, 0.2),
-      is_completed, completed_at,
-      created_at, created_by: member(ctx, project_id),
+      id: i + 1,
+      project_id,
+      root_id: parent ? (parent.root_id ?? parent.id) : null,
+      parent_id: parent?.id ?? null,
+      name: `${ctx.rng.pick(MILESTONE_TYPES).name} ${i + 1}`,
+      type_id: ctx.rng.pick(MILESTONE_TYPES).id,
+      automation_tags: ctx.rng.subset(AUTOMATION_TAGS, 2, 0.4),
+      issues: issueRefs(ctx, 0.2),
+      is_completed,
+      completed_at,
+      created_at,
+      created_by: member(ctx, project_id),
       ...updateStamp(ctx, project_id, created_at, completed_at ?? DATASET_NOW_MS),
     };
     // Completing is the last change a completed milestone saw.
@@ -81,7 +85,11 @@ export function makeMilestones(ctx: WorkContext, count: number): Milestone[] {
   return out;
 }
 
-interface Closing { is_closed: boolean; closed_at: number | null; closed_by: number | null }
+interface Closing {
+  is_closed: boolean;
+  closed_at: number | null;
+  closed_by: number | null;
+}
 
 /** Older runs and sessions are more likely closed. */
 function closing(ctx: WorkContext, projectId: number, created_at: number): Closing {
@@ -111,14 +119,21 @@ export function makeRuns(ctx: WorkContext, count: number, milestones: readonly M
     const close = closing(ctx, project_id, created_at);
     const tests = ctx.rng.int(16, 36);
     const run: Run = {
-      id: i + 1, project_id, name: `Run ${i + 1}: ${ctx.rng.pick(TAGS)} ${ctx.rng.pick(CONFIGS).name}`,
-      config_id: ctx.rng.pick(CONFIGS).id, milestone_id: milestoneFor(ctx, byProject, project_id),
-      state_id: ctx.rng.pick(STATES).id, tags: ctx.rng.subset(TAGS, 3, 0.7), issues: issueRefs(ctx, 0.3),
-      ...close, counts: new Int32Array(COUNTER_SLOTS),
+      id: i + 1,
+      project_id,
+      name: `Run ${i + 1}: ${ctx.rng.pick(TAGS)} ${ctx.rng.pick(CONFIGS).name}`,
+      config_id: ctx.rng.pick(CONFIGS).id,
+      milestone_id: milestoneFor(ctx, byProject, project_id),
+      state_id: ctx.rng.pick(STATES).id,
+      tags: ctx.rng.subset(TAGS, 3, 0.7),
+      issues: issueRefs(ctx, 0.3),
+      ...close,
+      counts: new Int32Array(COUNTER_SLOTS),
       testIds: Int32Array.from({ length: tests }, () => nextTestId++),
       caseIds: Int32Array.from({ length: tests }, () => ctx.rng.int(1, 50_000)),
       latest: new Int32Array(tests).fill(-1),
-      created_at, created_by: member(ctx, project_id),
+      created_at,
+      created_by: member(ctx, project_id),
       ...updateStamp(ctx, project_id, created_at, DATASET_NOW_MS),
     };
     if (close.closed_at !== null) Object.assign(run, { updated_at: close.closed_at, updated_by: close.closed_by });
@@ -145,11 +160,18 @@ function addResults(ctx: WorkContext, run: Run, store: ResultStore): void {
     const deleted = !isLast && ctx.rng.chance(0.03);
     const updated = ctx.rng.chance(0.2);
     const index = store.push({
-      project_id: run.project_id, run_id: run.id, test_id: run.testIds[d.test]!, case_id: run.caseIds[d.test]!,
-      status_id: ctx.rng.weighted(RESULT_STATUS_WEIGHTS) + 1, note: ctx.rng.int(0, NOTES.length - 1),
-      elapsed: ctx.rng.int(1, 900), assignee_id: ctx.rng.chance(0.3) ? null : member(ctx, run.project_id),
-      is_latest: isLast, issue_id: ctx.rng.chance(0.05) ? ctx.rng.int(1, ctx.issueCount) : null,
-      created_at: d.at, created_by: member(ctx, run.project_id),
+      project_id: run.project_id,
+      run_id: run.id,
+      test_id: run.testIds[d.test]!,
+      case_id: run.caseIds[d.test]!,
+      status_id: ctx.rng.weighted(RESULT_STATUS_WEIGHTS) + 1,
+      note: ctx.rng.int(0, NOTES.length - 1),
+      elapsed: ctx.rng.int(1, 900),
+      assignee_id: ctx.rng.chance(0.3) ? null : member(ctx, run.project_id),
+      is_latest: isLast,
+      issue_id: ctx.rng.chance(0.05) ? ctx.rng.int(1, ctx.issueCount) : null,
+      created_at: d.at,
+      created_by: member(ctx, run.project_id),
       updated_at: updated ? d.at + ctx.rng.int(60_000, 2 * HOUR_MS) : null,
       updated_by: updated ? member(ctx, run.project_id) : null,
       deleted_at: deleted ? d.at + ctx.rng.int(60_000, HOUR_MS) : null,
@@ -174,13 +196,25 @@ export function makeSessions(ctx: WorkContext, count: number, milestones: readon
     const total = ctx.rng.int(3, 40);
     for (let t = 0; t < total; t++) counts[ctx.rng.chance(close.is_closed ? 0.05 : 0.4) ? 0 : ctx.rng.weighted(RESULT_STATUS_WEIGHTS)]!++;
     const s: Session = {
-      id: i + 1, project_id, name: `Session ${i + 1}: ${ctx.rng.pick(TAGS)}`,
-      config_id: ctx.rng.pick(CONFIGS).id, milestone_id: milestoneFor(ctx, byProject, project_id),
-      state_id: ctx.rng.pick(STATES).id, template_id: ctx.rng.pick(TEMPLATES).id,
+      id: i + 1,
+      project_id,
+      name: `Session ${i + 1}: ${ctx.rng.pick(TAGS)}`,
+      config_id: ctx.rng.pick(CONFIGS).id,
+      milestone_id: milestoneFor(ctx, byProject, project_id),
+      state_id: ctx.rng.pick(STATES).id,
+      template_id: ctx.rng.pick(TEMPLATES).id,
       assignee_id: ctx.rng.chance(0.25) ? null : member(ctx, project_id),
-      tags: ctx.rng.subset(TAGS, 3, 0.7), issues: issueRefs(ctx, 0.3), field_values: ctx.rng.subset(FIELD_VALUES.map((f) => f.id), 3, 0.6),
-      ...close, counts,
-      created_at, created_by: member(ctx, project_id),
+      tags: ctx.rng.subset(TAGS, 3, 0.7),
+      issues: issueRefs(ctx, 0.3),
+      field_values: ctx.rng.subset(
+        FIELD_VALUES.map((f) => f.id),
+        3,
+        0.6,
+      ),
+      ...close,
+      counts,
+      created_at,
+      created_by: member(ctx, project_id),
       ...updateStamp(ctx, project_id, created_at, DATASET_NOW_MS),
     };
     if (close.closed_at !== null) Object.assign(s, { updated_at: close.closed_at, updated_by: close.closed_by });
@@ -199,12 +233,19 @@ export function makeSources(ctx: WorkContext, count: number): AutomationSource[]
     const is_retired = round === 0 ? false : round === 1 ? true : ctx.rng.chance(0.25);
     const retired_at = is_retired ? Math.min(DATASET_NOW_MS - HOUR_MS, created_at + ctx.rng.int(DAY_MS, 200 * DAY_MS)) : null;
     out.push({
-      id: i + 1, project_id, name: `${ctx.rng.pick(['jest', 'pytest', 'junit', 'playwright', 'cypress'])}-${i + 1}`,
-      status: ctx.rng.int(1, 3), is_retired,
-      run_count: ctx.rng.int(1, 2000), test_count_average: ctx.rng.int(5, 4000), elapsed_average: ctx.rng.int(10, 7200),
+      id: i + 1,
+      project_id,
+      name: `${ctx.rng.pick(['jest', 'pytest', 'junit', 'playwright', 'cypress'])}-${i + 1}`,
+      status: ctx.rng.int(1, 3),
+      is_retired,
+      run_count: ctx.rng.int(1, 2000),
+      test_count_average: ctx.rng.int(5, 4000),
+      elapsed_average: ctx.rng.int(10, 7200),
       ran_at: created_at + Math.floor(ctx.rng.next() * ((retired_at ?? DATASET_NOW_MS) - created_at)),
-      retired_at, retired_by: is_retired ? member(ctx, project_id) : null,
-      created_at, created_by: member(ctx, project_id),
+      retired_at,
+      retired_by: is_retired ? member(ctx, project_id) : null,
+      created_at,
+      created_by: member(ctx, project_id),
       ...updateStamp(ctx, project_id, created_at, retired_at ?? DATASET_NOW_MS),
     });
     const source = out[out.length - 1]!;

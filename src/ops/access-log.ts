@@ -87,7 +87,8 @@ export class AccessLog {
     if (f.aborted) line += ',"aborted":true';
     if (f.refused !== undefined) line += `,"refused":${str(f.refused)}`;
     if (f.client !== undefined) line += `,"client":${str(f.client)}`;
-    if (f.userAgent !== undefined) line += `,"userAgent":${str(f.userAgent.length > MAX_USER_AGENT_CHARS ? f.userAgent.slice(0, MAX_USER_AGENT_CHARS) : f.userAgent)}`;
+    if (f.userAgent !== undefined)
+      line += `,"userAgent":${str(f.userAgent.length > MAX_USER_AGENT_CHARS ? f.userAgent.slice(0, MAX_USER_AGENT_CHARS) : f.userAgent)}`;
     this.#stream.write(`${line},"msg":"access"}\n`);
   }
 }

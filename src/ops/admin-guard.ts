@@ -77,10 +77,13 @@ export class AdminGuard {
     const failures = this.#failures.get(source);
     if (failures !== undefined && now < failures.windowEndsAt && failures.count >= MAX_FAILURES) {
       const retryAfterS = Math.max(1, Math.ceil((failures.windowEndsAt - now) / 1000));
-      return reply.code(429).header('retry-after', String(retryAfterS)).send({
-        message: `Too many failed admin authentications from this address: try again in ${retryAfterS} s.`,
-        errors: {},
-      });
+      return reply
+        .code(429)
+        .header('retry-after', String(retryAfterS))
+        .send({
+          message: `Too many failed admin authentications from this address: try again in ${retryAfterS} s.`,
+          errors: {},
+        });
     }
     const header = request.headers.authorization;
     if (isAuthorized(header, token)) return;
@@ -112,7 +115,9 @@ export class AdminGuard {
 function isAuthorized(header: string | undefined, token: string): boolean {
   if (header === undefined) return false;
   const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
-  const given = createHash('sha256').update(match?.[1] ?? '').digest();
+  const given = createHash('sha256')
+    .update(match?.[1] ?? '')
+    .digest();
   const expected = createHash('sha256').update(token).digest();
   return timingSafeEqual(given, expected) && match !== null;
 }

@@ -64,7 +64,10 @@ const TAG = /^[A-Za-z0-9_:|,.-]{1,200}$/;
 type ErrorBody = { message: string; errors: Record<string, string[]> };
 
 class AdminInputError extends Error {
-  constructor(readonly status: 400 | 422, readonly body: ErrorBody) {
+  constructor(
+    readonly status: 400 | 422,
+    readonly body: ErrorBody,
+  ) {
     super(body.message);
   }
 }
@@ -73,7 +76,13 @@ const invalid = (param: string, rule: string): AdminInputError =>
   new AdminInputError(422, { message: 'The given data was invalid.', errors: { [param]: [rule] } });
 
 export function registerAdmin(app: FastifyInstance, deps: AdminDeps): void {
-  const guard = new AdminGuard({ token: deps.token, viewerToken: deps.viewerToken, logger: deps.logger, now: deps.now, failed: () => deps.metrics.adminAuthFailure() });
+  const guard = new AdminGuard({
+    token: deps.token,
+    viewerToken: deps.viewerToken,
+    logger: deps.logger,
+    now: deps.now,
+    failed: () => deps.metrics.adminAuthFailure(),
+  });
   // Encapsulated: the guard and the error handler apply to these routes and to nothing else.
   void app.register(async (admin) => {
     admin.addHook('onRequest', guard.check);
@@ -104,12 +113,15 @@ export function registerAdmin(app: FastifyInstance, deps: AdminDeps): void {
       // again is the remedy once Redis answers; a 207 would need a multi-status body clients
       // do not parse. This replica drops what it could and keeps retrying the rest meanwhile.
       deps.logger.warn({ purge: what.kind === 'all' ? 'all' : what.tag, purged, tiers: counts, unreached }, 'purge did not reach every tier');
-      return reply.code(503).header('retry-after', '2').send({
-        message: `The purge did not reach ${unreached.join(' and ')} in time: this replica purged its memory and does not serve what Redis holds for it; it keeps retrying. Purge again once Redis answers.`,
-        errors: {},
-        unreached,
-        ...body,
-      });
+      return reply
+        .code(503)
+        .header('retry-after', '2')
+        .send({
+          message: `The purge did not reach ${unreached.join(' and ')} in time: this replica purged its memory and does not serve what Redis holds for it; it keeps retrying. Purge again once Redis answers.`,
+          errors: {},
+          unreached,
+          ...body,
+        });
     });
 
     admin.get('/admin/entries', async (request, reply) => reply.send(listEntries(deps, request.query as Record<string, unknown>)));
@@ -125,7 +137,10 @@ type Purge = { kind: 'all' } | { kind: 'tag'; tag: string };
 /** Exactly one of tag, user_id, operation (+ ids), all. */
 function parsePurge(body: unknown): Purge {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new AdminInputError(400, { message: 'The body must be a JSON object: {"tag": ...}, {"user_id": ...}, {"operation": ..., "ids": {...}} or {"all": true}.', errors: {} });
+    throw new AdminInputError(400, {
+      message: 'The body must be a JSON object: {"tag": ...}, {"user_id": ...}, {"operation": ..., "ids": {...}} or {"all": true}.',
+      errors: {},
+    });
   }
   const b = body as Record<string, unknown>;
   const chosen = ['tag', 'user_id', 'operation', 'all'].filter((k) => k in b);
@@ -138,7 +153,8 @@ function parsePurge(body: unknown): Purge {
     return { kind: 'all' };
   }
   if ('tag' in b) {
-    if (typeof b['tag'] !== 'string' || !TAG.test(b['tag'])) throw invalid('tag', 'The tag must be a string of 1 to 200 letters, digits and _ : | , . - such as project:5.');
+    if (typeof b['tag'] !== 'string' || !TAG.test(b['tag']))
+      throw invalid('tag', 'The tag must be a string of 1 to 200 letters, digits and _ : | , . - such as project:5.');
     return { kind: 'tag', tag: b['tag'] };
   }
   if ('user_id' in b) return { kind: 'tag', tag: `u:${positiveInteger(b['user_id'], 'user_id')}` };
@@ -192,19 +208,24 @@ function listEntries(deps: AdminDeps, query: Record<string, unknown>): { entries
   const userId = one('user_id');
   const scope = userId === undefined ? undefined : `u:${positiveInteger(userId, 'user_id')}`;
   const operation = one('operation');
-  if (operation !== undefined && !OPERATION_IDS.has(operation)) throw invalid('operation', `The operation must be one of ${[...OPERATION_IDS.keys()].join(', ')}.`);
+  if (operation !== undefined && !OPERATION_IDS.has(operation))
+    throw invalid('operation', `The operation must be one of ${[...OPERATION_IDS.keys()].join(', ')}.`);
   const tag = one('tag');
   if (tag !== undefined && !TAG.test(tag)) throw invalid('tag', 'The tag must be 1 to 200 letters, digits and _ : | , . - such as project:5.');
   const rawLimit = one('limit');
   const limit = rawLimit === undefined ? DEFAULT_LIMIT : positiveInteger(rawLimit, 'limit');
   if (limit > MAX_LIMIT) throw invalid('limit', `The limit must be at most ${MAX_LIMIT}.`);
   const now = deps.now();
-  const { entries, total } = deps.cache.memory.list((key, entry) => {
-    const parts = key.split('|');
-    if (scope !== undefined && parts[0] !== scope) return false;
-    if (operation !== undefined && parts[2] !== operation) return false;
-    return tag === undefined || entry.tags.includes(tag);
-  }, limit, now);
+  const { entries, total } = deps.cache.memory.list(
+    (key, entry) => {
+      const parts = key.split('|');
+      if (scope !== undefined && parts[0] !== scope) return false;
+      if (operation !== undefined && parts[2] !== operation) return false;
+      return tag === undefined || entry.tags.includes(tag);
+    },
+    limit,
+    now,
+  );
   return { entries: entries.map(({ key, entry, hits }) => describeEntry(key, entry, hits, now)), total, limit };
 }
 

@@ -10,7 +10,6 @@ import { registerAdmin, type AdminDeps } from './admin.js';
 import type { Metrics } from './metrics.js';
 import type { ReadinessCheck } from './readiness.js';
 
-
 export interface Management {
   readonly app: FastifyInstance;
   /** From now on /readyz answers 503 `draining`, so load balancers stop sending traffic. */
@@ -19,7 +18,9 @@ export interface Management {
 
 /** `tls`: HTTPS options (`server.tls` with `server.tls.management`); absent: plain HTTP. */
 export function buildManagement(metrics: Metrics, checks: readonly ReadinessCheck[], admin?: AdminDeps, tls?: SecureServerOptions): Management {
-  const app = (tls ? fastify({ logger: false, bodyLimit: 64 * 1024, https: tls }) : fastify({ logger: false, bodyLimit: 64 * 1024 })) as unknown as FastifyInstance;
+  const app = (tls
+    ? fastify({ logger: false, bodyLimit: 64 * 1024, https: tls })
+    : fastify({ logger: false, bodyLimit: 64 * 1024 })) as unknown as FastifyInstance;
   let draining = false;
   const readiness = () => {
     const results: Record<string, { status: string; detail?: string }> = {};

@@ -192,7 +192,15 @@ export interface Metrics {
     readonly budgetTokens: LabelledFamily;
     readonly budgetWaits: LabelledFamily;
   };
-  readonly totals: { bytesSent: number; notModifiedSaved: number; purges: number; adminAuthFailures: number; budgetPauses: number; budgetDeferredToStale: number; budgetRefused: number } & SharingTotals;
+  readonly totals: {
+    bytesSent: number;
+    notModifiedSaved: number;
+    purges: number;
+    adminAuthFailures: number;
+    budgetPauses: number;
+    budgetDeferredToStale: number;
+    budgetRefused: number;
+  } & SharingTotals;
 }
 
 /**
@@ -248,67 +256,183 @@ export interface MetricsOptions {
 export function createMetrics(options: MetricsOptions): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  new Gauge({ name: 'tm_cache_build_info', help: 'Build of this tm-cache: always 1, labelled with version and Node.js version.', labelNames: ['version', 'node'] as const, registers: [registry] })
-    .set({ version: options.version, node: process.version }, 1);
+  new Gauge({
+    name: 'tm_cache_build_info',
+    help: 'Build of this tm-cache: always 1, labelled with version and Node.js version.',
+    labelNames: ['version', 'node'] as const,
+    registers: [registry],
+  }).set({ version: options.version, node: process.version }, 1);
 
-  const requests = new LabelledFamily('tm_cache_requests_total',
+  const requests = new LabelledFamily(
+    'tm_cache_requests_total',
     'Requests by outcome (hit, stale, miss, coalesced, bypass, error, passthrough), tier (memory, redis, none), operation (catalogue id, invalid, unknown, passthrough) and the status class answered (2xx, 3xx, 4xx, 429, 5xx): a relayed 404 is a miss with status_class 4xx, a refused credential a bypass with 4xx, a local 422 an error with 4xx.',
-    'counter', ['outcome', 'tier', 'operation', 'status_class'], [], registry);
-  const requestDuration = new LabelledFamily('tm_cache_request_duration_seconds',
-    'Time from a request\'s arrival to its answer being handed to the socket, by outcome and operation.',
-    'histogram', ['outcome', 'operation'], REQUEST_BUCKETS, registry);
-  const upstreamDuration = new LabelledFamily('tm_cache_upstream_request_duration_seconds',
+    'counter',
+    ['outcome', 'tier', 'operation', 'status_class'],
+    [],
+    registry,
+  );
+  const requestDuration = new LabelledFamily(
+    'tm_cache_request_duration_seconds',
+    "Time from a request's arrival to its answer being handed to the socket, by outcome and operation.",
+    'histogram',
+    ['outcome', 'operation'],
+    REQUEST_BUCKETS,
+    registry,
+  );
+  const upstreamDuration = new LabelledFamily(
+    'tm_cache_upstream_request_duration_seconds',
     'Upstream requests of cacheable requests (fills, refreshes, GET /user, access checks, forwards for an unknown parameter), by operation and status class, until the whole answer was read.',
-    'histogram', ['operation', 'status_class'], UPSTREAM_BUCKETS, registry);
-  const upstreamResponses = new LabelledFamily('tm_cache_upstream_responses_total',
-    'Upstream answers to the cache\'s own requests by status class (2xx, 3xx, 4xx, 429, 5xx, error: no answer).',
-    'counter', ['status_class'], [], registry);
-  const evictions = new LabelledFamily('tm_cache_evictions_total', 'Entries evicted to make room (not expiry, not invalidation), by tier.', 'counter', ['tier'], [], registry);
-  const identityLookups = new LabelledFamily('tm_cache_identity_lookups_total',
+    'histogram',
+    ['operation', 'status_class'],
+    UPSTREAM_BUCKETS,
+    registry,
+  );
+  const upstreamResponses = new LabelledFamily(
+    'tm_cache_upstream_responses_total',
+    "Upstream answers to the cache's own requests by status class (2xx, 3xx, 4xx, 429, 5xx, error: no answer).",
+    'counter',
+    ['status_class'],
+    [],
+    registry,
+  );
+  const evictions = new LabelledFamily(
+    'tm_cache_evictions_total',
+    'Entries evicted to make room (not expiry, not invalidation), by tier.',
+    'counter',
+    ['tier'],
+    [],
+    registry,
+  );
+  const identityLookups = new LabelledFamily(
+    'tm_cache_identity_lookups_total',
     'Caller identifications by result: memo (known in this process), shared (from Redis), upstream (GET /user said who), refused (401/403/... relayed), error (upstream failed).',
-    'counter', ['result'], [], registry);
+    'counter',
+    ['result'],
+    [],
+    registry,
+  );
   // The one counted on every hit (a caller known to this process): found once, here.
   const memoLookups = identityLookups.slot('memo');
   const redisDuration = options.redis
-    ? new LabelledFamily('tm_cache_redis_command_duration_seconds', 'Redis operations by kind (get, set, delete, tag, lock, json, publish, secret, budget, probe), answered or failed.', 'histogram', ['command'], REDIS_BUCKETS, registry)
+    ? new LabelledFamily(
+        'tm_cache_redis_command_duration_seconds',
+        'Redis operations by kind (get, set, delete, tag, lock, json, publish, secret, budget, probe), answered or failed.',
+        'histogram',
+        ['command'],
+        REDIS_BUCKETS,
+        registry,
+      )
     : undefined;
-  const budgetTokens = new LabelledFamily('tm_cache_upstream_budget_tokens_total',
-    'Tokens of the fleet\'s upstream budget taken by this replica, by priority (client, background, ahead): one per upstream request.',
-    'counter', ['priority'], [], registry);
-  const budgetWaits = new LabelledFamily('tm_cache_upstream_budget_waits_total',
+  const budgetTokens = new LabelledFamily(
+    'tm_cache_upstream_budget_tokens_total',
+    "Tokens of the fleet's upstream budget taken by this replica, by priority (client, background, ahead): one per upstream request.",
+    'counter',
+    ['priority'],
+    [],
+    registry,
+  );
+  const budgetWaits = new LabelledFamily(
+    'tm_cache_upstream_budget_waits_total',
     'Requests that found no budget token at hand and waited, by priority and result (granted: a token came; spent: none within upstream.budget.maxWaitMs, the fleet paused for longer, or the queue full).',
-    'counter', ['priority', 'result'], [], registry);
-  const budgetSkips = new LabelledFamily('tm_cache_upstream_budget_skipped_total',
+    'counter',
+    ['priority', 'result'],
+    [],
+    registry,
+  );
+  const budgetSkips = new LabelledFamily(
+    'tm_cache_upstream_budget_skipped_total',
     'Background work skipped rather than queued because no budget token was at hand, by priority.',
-    'counter', ['priority'], [], registry);
+    'counter',
+    ['priority'],
+    [],
+    registry,
+  );
   // Every result is there from the start at 0, so that an alert on increase() sees the first one.
-  const reloads = new LabelledFamily('tm_cache_reloads_total',
+  const reloads = new LabelledFamily(
+    'tm_cache_reloads_total',
     'Configuration reloads (SIGHUP) by result: applied (some setting changed at once), restart_needed (only settings that need a restart changed), unchanged, refused (the file or environment did not load or validate: the running configuration kept).',
-    'counter', ['result'], [], registry);
+    'counter',
+    ['result'],
+    [],
+    registry,
+  );
   for (const result of RELOAD_RESULTS) reloads.slot(result);
-  const certificateReloads = new LabelledFamily('tm_cache_tls_reloads_total',
+  const certificateReloads = new LabelledFamily(
+    'tm_cache_tls_reloads_total',
     'New TLS certificates read (SIGHUP, or their files changed) by result: applied (served from the next connection on), refused (unreadable, not PEM, or a key that does not match: the certificate in use kept).',
-    'counter', ['result'], [], registry);
+    'counter',
+    ['result'],
+    [],
+    registry,
+  );
   for (const result of CERTIFICATE_RELOAD_RESULTS) certificateReloads.slot(result);
-  const totals = { bytesSent: 0, notModifiedSaved: 0, purges: 0, adminAuthFailures: 0, budgetPauses: 0, budgetDeferredToStale: 0, budgetRefused: 0, sharedHits: 0, grantFills: 0, savedBySharing: 0 };
-  const deferredHelp = 'Client requests the fleet\'s upstream budget had no token for within upstream.budget.maxWaitMs, by what they got: stale (a stale answer within cache.staleIfErrorMs, Cache-Status detail=budget) or refused (429 with a Retry-After).';
+  const totals = {
+    bytesSent: 0,
+    notModifiedSaved: 0,
+    purges: 0,
+    adminAuthFailures: 0,
+    budgetPauses: 0,
+    budgetDeferredToStale: 0,
+    budgetRefused: 0,
+    sharedHits: 0,
+    grantFills: 0,
+    savedBySharing: 0,
+  };
+  const deferredHelp =
+    "Client requests the fleet's upstream budget had no token for within upstream.budget.maxWaitMs, by what they got: stale (a stale answer within cache.staleIfErrorMs, Cache-Status detail=budget) or refused (429 with a Retry-After).";
   registry.registerMetric({
     name: 'tm_cache_upstream_budget_deferred_total',
     help: deferredHelp,
     type: 'counter',
-    get: () => ({ name: 'tm_cache_upstream_budget_deferred_total', help: deferredHelp, type: 'counter', values: [
-      { value: totals.budgetDeferredToStale, labels: { to: 'stale' } },
-      { value: totals.budgetRefused, labels: { to: 'refused' } },
-    ], aggregator: 'sum' }),
+    get: () => ({
+      name: 'tm_cache_upstream_budget_deferred_total',
+      help: deferredHelp,
+      type: 'counter',
+      values: [
+        { value: totals.budgetDeferredToStale, labels: { to: 'stale' } },
+        { value: totals.budgetRefused, labels: { to: 'refused' } },
+      ],
+      aggregator: 'sum',
+    }),
   } as never);
-  counterOf(registry, 'tm_cache_shared_hits_total', 'Fresh hits on a project\'s shared entries (cache.sharing: project), served to a member with proof of access.', () => totals.sharedHits);
-  counterOf(registry, 'tm_cache_grant_fills_total', 'Requests for a project\'s shared answer by a member without a grant for its areas, filled under their own token (which earns the grant).', () => totals.grantFills);
-  counterOf(registry, 'tm_cache_sharing_saved_requests_total', 'Upstream requests sharing by project saved: per shared entry, the members it served besides the one whose request filled it.', () => totals.savedBySharing);
-  counterOf(registry, 'tm_cache_upstream_budget_pauses_total', 'Fleet pauses this replica learned of: a 429 from the instance, its own or another replica\'s through Redis.', () => totals.budgetPauses);
+  counterOf(
+    registry,
+    'tm_cache_shared_hits_total',
+    "Fresh hits on a project's shared entries (cache.sharing: project), served to a member with proof of access.",
+    () => totals.sharedHits,
+  );
+  counterOf(
+    registry,
+    'tm_cache_grant_fills_total',
+    "Requests for a project's shared answer by a member without a grant for its areas, filled under their own token (which earns the grant).",
+    () => totals.grantFills,
+  );
+  counterOf(
+    registry,
+    'tm_cache_sharing_saved_requests_total',
+    'Upstream requests sharing by project saved: per shared entry, the members it served besides the one whose request filled it.',
+    () => totals.savedBySharing,
+  );
+  counterOf(
+    registry,
+    'tm_cache_upstream_budget_pauses_total',
+    "Fleet pauses this replica learned of: a 429 from the instance, its own or another replica's through Redis.",
+    () => totals.budgetPauses,
+  );
   counterOf(registry, 'tm_cache_bytes_sent_total', 'Body bytes sent to clients by the cache path (not passthrough).', () => totals.bytesSent);
-  counterOf(registry, 'tm_cache_not_modified_bytes_saved_total', 'Body bytes not sent because a client\'s If-None-Match matched (304).', () => totals.notModifiedSaved);
+  counterOf(
+    registry,
+    'tm_cache_not_modified_bytes_saved_total',
+    "Body bytes not sent because a client's If-None-Match matched (304).",
+    () => totals.notModifiedSaved,
+  );
   counterOf(registry, 'tm_cache_purges_total', 'Purges through the admin API (POST /admin/purge).', () => totals.purges);
-  counterOf(registry, 'tm_cache_admin_auth_failures_total', 'Admin API requests refused for a missing or wrong token (401), not counting those answered 429 to a source that kept failing.', () => totals.adminAuthFailures);
+  counterOf(
+    registry,
+    'tm_cache_admin_auth_failures_total',
+    'Admin API requests refused for a missing or wrong token (401), not counting those answered 429 to a source that kept failing.',
+    () => totals.adminAuthFailures,
+  );
 
   return {
     registry,
@@ -353,29 +477,58 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
     watchMemos(read) {
       gaugeOf(registry, 'tm_cache_route_memo_entries', 'URL routings remembered.', () => read().routes.entries);
-      gaugeOf(registry, 'tm_cache_route_memo_bytes', 'Estimated bytes of the URL routings remembered (bound: server.routeMemoMaxBytes).', () => read().routes.bytes);
+      gaugeOf(
+        registry,
+        'tm_cache_route_memo_bytes',
+        'Estimated bytes of the URL routings remembered (bound: server.routeMemoMaxBytes).',
+        () => read().routes.bytes,
+      );
       gaugeOf(registry, 'tm_cache_identity_memo_entries', 'Authorization headers remembered as received.', () => read().headers.entries);
-      gaugeOf(registry, 'tm_cache_identity_memo_bytes', 'Estimated bytes of the Authorization headers remembered (bound: identity.maxBytes).', () => read().headers.bytes);
+      gaugeOf(
+        registry,
+        'tm_cache_identity_memo_bytes',
+        'Estimated bytes of the Authorization headers remembered (bound: identity.maxBytes).',
+        () => read().headers.bytes,
+      );
       gaugeOf(registry, 'tm_cache_identity_refused_entries', 'Refused tokens remembered (by HMAC).', () => read().refused.entries);
-      gaugeOf(registry, 'tm_cache_identity_refused_bytes', 'Estimated bytes of the refused tokens remembered (bound: identity.refusedMaxBytes).', () => read().refused.bytes);
+      gaugeOf(
+        registry,
+        'tm_cache_identity_refused_bytes',
+        'Estimated bytes of the refused tokens remembered (bound: identity.refusedMaxBytes).',
+        () => read().refused.bytes,
+      );
     },
     watchServing(read) {
       gaugeOf(registry, 'tm_cache_memory_entries', 'Entries in the memory tier.', () => read.memory().entries);
       gaugeOf(registry, 'tm_cache_memory_bytes', 'Bytes held by the memory tier.', () => read.memory().bytes);
-      gaugeOf(registry, 'tm_cache_memory_max_bytes', 'The memory tier\'s bound (cache.memory.maxBytes).', () => read.memoryMaxBytes());
+      gaugeOf(registry, 'tm_cache_memory_max_bytes', "The memory tier's bound (cache.memory.maxBytes).", () => read.memoryMaxBytes());
       gaugeOf(registry, 'tm_cache_upstream_active', 'Upstream requests in flight.', () => read.upstream().active);
       gaugeOf(registry, 'tm_cache_upstream_queued', 'Upstream requests waiting for a slot.', () => read.upstream().queued);
-      gaugeOf(registry, 'tm_cache_upstream_up', 'The upstream\'s last known state: 1 it answered, 0 it did not (refused, reset, timed out).', () => (read.upstreamUp() ? 1 : 0));
+      gaugeOf(registry, 'tm_cache_upstream_up', "The upstream's last known state: 1 it answered, 0 it did not (refused, reset, timed out).", () =>
+        read.upstreamUp() ? 1 : 0,
+      );
       gaugeOf(registry, 'tm_cache_identity_upstream_active', 'Identity look-ups (GET /user) in flight.', () => read.identityUpstream().active);
       gaugeOf(registry, 'tm_cache_identity_upstream_queued', 'Identity look-ups waiting for a slot.', () => read.identityUpstream().queued);
     },
     watchRedis(read) {
-      counterOf(registry, 'tm_cache_redis_errors_total', 'Redis errors, timeouts, disconnections and calls skipped while it was unavailable.', () => read.errors());
-      counterOf(registry, 'tm_cache_redis_rejected_total', 'Values read from Redis that did not verify under their key (another secret, altered, copied) or were invalid: misses, left in Redis.', () => read.rejected());
+      counterOf(registry, 'tm_cache_redis_errors_total', 'Redis errors, timeouts, disconnections and calls skipped while it was unavailable.', () =>
+        read.errors(),
+      );
+      counterOf(
+        registry,
+        'tm_cache_redis_rejected_total',
+        'Values read from Redis that did not verify under their key (another secret, altered, copied) or were invalid: misses, left in Redis.',
+        () => read.rejected(),
+      );
       gaugeOf(registry, 'tm_cache_redis_up', '1 while Redis is usable, 0 while it is degraded (down, reconnecting, breaker open).', () => (read.up() ? 1 : 0));
     },
     watchCertificate(notAfterMs) {
-      gaugeOf(registry, 'tm_cache_tls_certificate_expiry_timestamp_seconds', 'When the TLS certificate served expires (seconds since the epoch): alert well before it.', () => notAfterMs() / 1_000);
+      gaugeOf(
+        registry,
+        'tm_cache_tls_certificate_expiry_timestamp_seconds',
+        'When the TLS certificate served expires (seconds since the epoch): alert well before it.',
+        () => notAfterMs() / 1_000,
+      );
     },
     budget: {
       taken: (priority) => budgetTokens.inc(budgetTokens.slot(priority)),
@@ -390,12 +543,35 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
     watchBudget(snapshot) {
       const gauge = (name: string, help: string, read: (s: BudgetSnapshot) => number): void => {
-        new Gauge({ name, help, registers: [registry], collect() { this.set(read(snapshot())); } });
+        new Gauge({
+          name,
+          help,
+          registers: [registry],
+          collect() {
+            this.set(read(snapshot()));
+          },
+        });
       };
-      gauge('tm_cache_upstream_budget_rate', 'The fleet\'s upstream rate as this replica last learned it (requests per second): the budget, or what 429s taught.', (s) => s.rateRps);
-      gauge('tm_cache_upstream_budget_paused_seconds', 'How long the fleet\'s upstream requests are still paused after a 429 (0: not paused).', (s) => s.pausedMs / 1_000);
-      gauge('tm_cache_upstream_budget_queued', 'Requests waiting for a budget token, every priority.', (s) => s.queued.client + s.queued.background + s.queued.ahead);
-      gauge('tm_cache_upstream_budget_shared', 'Where budget tokens come from: 1 the fleet\'s shared bucket (Redis), 0 this replica\'s own (its fallback share, or no Redis).', (s) => (s.mode === SHARED ? 1 : 0));
+      gauge(
+        'tm_cache_upstream_budget_rate',
+        "The fleet's upstream rate as this replica last learned it (requests per second): the budget, or what 429s taught.",
+        (s) => s.rateRps,
+      );
+      gauge(
+        'tm_cache_upstream_budget_paused_seconds',
+        "How long the fleet's upstream requests are still paused after a 429 (0: not paused).",
+        (s) => s.pausedMs / 1_000,
+      );
+      gauge(
+        'tm_cache_upstream_budget_queued',
+        'Requests waiting for a budget token, every priority.',
+        (s) => s.queued.client + s.queued.background + s.queued.ahead,
+      );
+      gauge(
+        'tm_cache_upstream_budget_shared',
+        "Where budget tokens come from: 1 the fleet's shared bucket (Redis), 0 this replica's own (its fallback share, or no Redis).",
+        (s) => (s.mode === SHARED ? 1 : 0),
+      );
     },
     sharing: sharingEvents(totals),
     families: { requests, upstreamResponses, evictions, budgetTokens, budgetWaits },
@@ -442,5 +618,12 @@ function counterOf(registry: Registry, name: string, help: string, read: () => n
 
 /** A gauge read at scrape time. */
 function gaugeOf(registry: Registry, name: string, help: string, read: () => number): void {
-  new Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });
+  new Gauge({
+    name,
+    help,
+    registers: [registry],
+    collect() {
+      this.set(read());
+    },
+  });
 }

@@ -97,25 +97,28 @@ export class Recorder {
     else if (kind === 'error' && outcome.detail === 'budget-spent') this.metrics.budgetDeferred('refused');
     this.stats.request(kind, outcome.tier, operation, userId, t);
     if (!this.#logs(kind === 'error' || res.statusCode >= 500)) return;
-    this.#log.write({
-      reqId: r.requestId,
-      method: req.method!,
-      op: operation,
-      path: pathOf(req.url),
-      status: res.statusCode,
-      ms: round(seconds * 1_000),
-      outcome: kind,
-      tier: outcome.tier,
-      scope: scopeOfGate(r.gate),
-      detail: outcome.detail,
-      upstreamStatus: outcome.upstreamStatus,
-      upstreamMs: upstreamMs === undefined ? undefined : round(upstreamMs),
-      user: userId,
-      bytes: sent,
-      refused,
-      client: req.socket.remoteAddress,
-      userAgent: req.headers['user-agent'],
-    }, t);
+    this.#log.write(
+      {
+        reqId: r.requestId,
+        method: req.method!,
+        op: operation,
+        path: pathOf(req.url),
+        status: res.statusCode,
+        ms: round(seconds * 1_000),
+        outcome: kind,
+        tier: outcome.tier,
+        scope: scopeOfGate(r.gate),
+        detail: outcome.detail,
+        upstreamStatus: outcome.upstreamStatus,
+        upstreamMs: upstreamMs === undefined ? undefined : round(upstreamMs),
+        user: userId,
+        bytes: sent,
+        refused,
+        client: req.socket.remoteAddress,
+        userAgent: req.headers['user-agent'],
+      },
+      t,
+    );
   }
 
   /** A forwarded request, once its response is done (or the client went away). */
@@ -135,21 +138,24 @@ export class Recorder {
     }
     if (!this.#logs(status >= 500)) return;
     const length = res.getHeader('content-length');
-    this.#log.write({
-      reqId: r.requestId,
-      method: req.method!,
-      op: operation,
-      path: pathOf(req.url),
-      status,
-      ms: round(seconds * 1_000),
-      outcome,
-      upstreamStatus: upstream?.status,
-      upstreamMs: upstream === undefined ? undefined : round(upstream.ms),
-      bytes: length === undefined ? undefined : Number(length),
-      aborted: !res.writableFinished,
-      client,
-      userAgent: req.headers['user-agent'],
-    }, t);
+    this.#log.write(
+      {
+        reqId: r.requestId,
+        method: req.method!,
+        op: operation,
+        path: pathOf(req.url),
+        status,
+        ms: round(seconds * 1_000),
+        outcome,
+        upstreamStatus: upstream?.status,
+        upstreamMs: upstream === undefined ? undefined : round(upstream.ms),
+        bytes: length === undefined ? undefined : Number(length),
+        aborted: !res.writableFinished,
+        client,
+        userAgent: req.headers['user-agent'],
+      },
+      t,
+    );
   }
 
   #logs(error: boolean): boolean {

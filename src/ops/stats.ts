@@ -100,7 +100,10 @@ export class RequestStats {
    * for (identity look-ups, refused credentials, users past the table's bound).
    */
   restOf(rows: readonly Cost[]): Cost {
-    const listed = rows.reduce((sum, r) => ({ requests: sum.requests + r.requests, upstreamRequests: sum.upstreamRequests + r.upstreamRequests }), { requests: 0, upstreamRequests: 0 });
+    const listed = rows.reduce((sum, r) => ({ requests: sum.requests + r.requests, upstreamRequests: sum.upstreamRequests + r.upstreamRequests }), {
+      requests: 0,
+      upstreamRequests: 0,
+    });
     return { requests: this.total - this.byOutcome.passthrough - listed.requests, upstreamRequests: this.upstreamRequests - listed.upstreamRequests };
   }
 

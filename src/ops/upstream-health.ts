@@ -56,13 +56,16 @@ export class UpstreamHealth {
     if (this.#probing) return;
     if (this.lastCheckedAt !== null && this.o.now() - this.lastCheckedAt < this.o.probeMs) return;
     this.#probing = true;
-    this.o.probe().then(
-      (res) => this.record((res as UpstreamResponse).status),
-      // A probe the fleet's budget had no token for was never sent: it says nothing of the instance.
-      (err: unknown) => (toUpstreamError(err).code === 'budget-spent' ? undefined : this.record(undefined, describe(err))),
-    ).finally(() => {
-      this.#probing = false;
-    });
+    this.o
+      .probe()
+      .then(
+        (res) => this.record((res as UpstreamResponse).status),
+        // A probe the fleet's budget had no token for was never sent: it says nothing of the instance.
+        (err: unknown) => (toUpstreamError(err).code === 'budget-spent' ? undefined : this.record(undefined, describe(err))),
+      )
+      .finally(() => {
+        this.#probing = false;
+      });
   }
 
   /** The readiness check: the state in the body always; not ready only when required and known down. */

@@ -231,7 +231,8 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     // The key as describeKey shows it: a log line never carries a user id with a canonical query.
     refreshAheadStartAt: config.cache.refreshAhead.enabled ? config.cache.refreshAhead.startAt : undefined,
     mayRefreshAhead: deps.budget === undefined ? undefined : () => deps.budget!.pausedForMs() === 0,
-    onBackgroundError: (err, key) => deps.logger.warn({ err: err instanceof Error ? err.message : String(err), ...describeKey(key) }, 'background refresh failed'),
+    onBackgroundError: (err, key) =>
+      deps.logger.warn({ err: err instanceof Error ? err.message : String(err), ...describeKey(key) }, 'background refresh failed'),
   });
   const routes = new RouteMemo(config.server.routeMemoMaxBytes);
   deps.watchMemos?.(() => {
@@ -272,4 +273,3 @@ function placeFromShared(shared: SharedStore, policy: FreshnessPolicy): (tag: st
     if (projectId !== undefined) policy.learnProject(tag, projectId);
   };
 }
-

@@ -85,7 +85,10 @@ export class Pipeline {
   readonly #recorder: Recorder;
   readonly #decideOptions: DecideOptions;
 
-  constructor(options: PipelineOptions, private readonly forward: Handler) {
+  constructor(
+    options: PipelineOptions,
+    private readonly forward: Handler,
+  ) {
     this.#o = options;
     this.#recorder = options.recorder;
     this.#decideOptions = {
@@ -180,7 +183,11 @@ export class Pipeline {
       const result = await identity.resolve(authorization, x);
       x.t = this.#o.now();
       if (result.kind === 'caller') return this.#withCaller(x, route, result.caller, authorization, unmemoized);
-      const refused: Served = { kind: 'relay', response: result.response, outcome: { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status } };
+      const refused: Served = {
+        kind: 'relay',
+        response: result.response,
+        outcome: { kind: 'bypass', detail: 'identity', upstreamStatus: result.response.status },
+      };
       return this.#finish(x, refused);
     } catch (err) {
       const failure = toUpstreamError(err);
@@ -204,7 +211,8 @@ export class Pipeline {
   #finish(x: Exchange, served: Served, key?: string): void {
     if (served.kind === 'entry' && key !== undefined && waitsForGzipVariant(served.entry, x.req.headers['accept-encoding'])) {
       // Rare (a fill's answer, a hit before its compression landed): written once the variant is there, never identity with another ETag.
-      this.#o.cache.gzipVariant(key, served.entry)
+      this.#o.cache
+        .gzipVariant(key, served.entry)
         .then((entry) => {
           x.t = this.#o.now();
           this.#write(x, { ...served, entry });
@@ -222,7 +230,10 @@ export class Pipeline {
 
   #fail(x: Exchange, err: unknown): void {
     const res = x.res;
-    this.#o.logger.error({ err: err instanceof Error ? `${err.name}: ${err.message}` : String(err), reqId: x.requestId, path: pathOf(x.req.url) }, 'request pipeline failed');
+    this.#o.logger.error(
+      { err: err instanceof Error ? `${err.name}: ${err.message}` : String(err), reqId: x.requestId, path: pathOf(x.req.url) },
+      'request pipeline failed',
+    );
     if (res.headersSent || res.writableEnded) return void res.destroy();
     // Nothing written yet: the instance can still answer it, uncached. A writeHead that threw
     // half-way may have left its status and headers on `res`: start the response afresh.

@@ -147,7 +147,8 @@ export class ReadThrough {
       }
       case 'stale-while-revalidate':
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
-        if (!this.#filler.isRunning(d.fillKey)) this.#filler.run(this.#job(d, 'fill', 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
+        if (!this.#filler.isRunning(d.fillKey))
+          this.#filler.run(this.#job(d, 'fill', 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
         return { kind: 'entry', entry: found!.entry, outcome: { kind: 'stale', tier: found!.tier, detail: 'stale-while-revalidate' } };
       case 'confirm-access':
         return this.#confirmThenServe(d, found!, verdict.projectId);
@@ -307,7 +308,10 @@ export class ReadThrough {
         const askedAt = this.o.now();
         const started = performance.now();
         // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
-        const headers = d.origin === undefined ? { authorization: d.authorization, ...UPSTREAM_HEADERS } : { authorization: d.authorization, origin: d.origin, ...UPSTREAM_HEADERS };
+        const headers =
+          d.origin === undefined
+            ? { authorization: d.authorization, ...UPSTREAM_HEADERS }
+            : { authorization: d.authorization, origin: d.origin, ...UPSTREAM_HEADERS };
         const res = await this.o.upstream.get(path, headers, d.caller.userId, priority);
         d.upstreamMs = performance.now() - started;
         // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
@@ -332,7 +336,8 @@ export class ReadThrough {
     if (status === 429) {
       const waitMs = this.o.gate.block(d.caller.userId, res.headers['retry-after'], now);
       if (stale) return { kind: 'entry', entry: stale.entry, outcome: { kind: 'stale', tier: stale.tier, detail: 'rate-limited', upstreamStatus: 429 } };
-      const response = res.headers['retry-after'] === undefined ? withHeader(res, 'retry-after', String(Math.ceil(waitMs / 1000))) : this.o.gate.bounded(res, now);
+      const response =
+        res.headers['retry-after'] === undefined ? withHeader(res, 'retry-after', String(Math.ceil(waitMs / 1000))) : this.o.gate.bounded(res, now);
       return { kind: 'relay', response, outcome: { kind, upstreamStatus: 429 } };
     }
     const failure = answerFailure(res);

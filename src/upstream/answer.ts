@@ -43,7 +43,8 @@ export function classifyAnswer(res: UpstreamResponse): AnswerClass {
  */
 const FAILURES: Partial<Record<AnswerClass, (res: UpstreamResponse, asked: string | undefined) => UpstreamError>> = {
   'server-error': (res, asked) => new UpstreamError('reset', `the upstream answered ${res.status}${asked === undefined ? '' : ` to ${asked}`}`),
-  'not-json': (res, asked) => new UpstreamError('bad-answer', `the upstream answered ${asked === undefined ? '' : `${asked} with `}${describeAnswer(res)}, not JSON`),
+  'not-json': (res, asked) =>
+    new UpstreamError('bad-answer', `the upstream answered ${asked === undefined ? '' : `${asked} with `}${describeAnswer(res)}, not JSON`),
 };
 
 /** The failure an answer is (a 5xx, or not the API's kind of answer), or undefined when it is the instance's verdict. */

@@ -128,7 +128,13 @@ export class UpstreamClient implements UpstreamLane {
    * A budget token first (at hand: taken synchronously, no promise), then a slot of `lane`.
    * `ahead` never waits for a token: refresh-ahead is better skipped than queued.
    */
-  private getIn(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller, priority: BudgetPriority = 'client'): Promise<UpstreamResponse> {
+  private getIn(
+    lane: FairLane,
+    path: string,
+    headers: Readonly<Record<string, string>>,
+    caller: LaneCaller,
+    priority: BudgetPriority = 'client',
+  ): Promise<UpstreamResponse> {
     const budget = this.budget;
     if (budget === undefined) return this.inLane(lane, path, headers, caller);
     if (priority === 'ahead') {
@@ -137,14 +143,20 @@ export class UpstreamClient implements UpstreamLane {
     }
     const waiting = budget.acquire(priority, caller);
     if (waiting === undefined) return this.inLane(lane, path, headers, caller);
-    return waiting.then(() => this.inLane(lane, path, headers, caller), (err: unknown) => Promise.reject(toUpstreamError(err)));
+    return waiting.then(
+      () => this.inLane(lane, path, headers, caller),
+      (err: unknown) => Promise.reject(toUpstreamError(err)),
+    );
   }
 
   /** With a free slot (the common case) the request is dispatched at once: no promise waits for the lane. */
   private inLane(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller): Promise<UpstreamResponse> {
     const waiting = lane.acquire(caller);
     if (waiting === undefined) return this.dispatch(lane, path, headers, caller);
-    return waiting.then(() => this.dispatch(lane, path, headers, caller), (err: unknown) => Promise.reject(toUpstreamError(err)));
+    return waiting.then(
+      () => this.dispatch(lane, path, headers, caller),
+      (err: unknown) => Promise.reject(toUpstreamError(err)),
+    );
   }
 
   /** One request on a slot of `lane` already taken for `caller`; the slot is released when the answer settles, once. */
@@ -246,11 +258,7 @@ const MAX_PREALLOCATED_BYTES = 64 * 1024 * 1024;
 export function toUpstreamError(err: unknown): UpstreamError {
   if (err instanceof UpstreamError) return err;
   if (err instanceof BudgetSpentError) return budgetSpent(err);
-  if (
-    err instanceof undiciErrors.HeadersTimeoutError ||
-    err instanceof undiciErrors.BodyTimeoutError ||
-    err instanceof undiciErrors.ConnectTimeoutError
-  ) {
+  if (err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError || err instanceof undiciErrors.ConnectTimeoutError) {
     return new UpstreamError('timeout', 'the upstream did not answer in time', { cause: err });
   }
   if (err instanceof undiciErrors.ClientClosedError || err instanceof undiciErrors.ClientDestroyedError) {

@@ -199,7 +199,11 @@ export class FleetBudget {
     this.#learnPause(own.pausedMs);
     if (this.#shared === undefined) return;
     const told = this.#shared.rateLimited(pauseMs);
-    if (isPromise(told)) told.then((reply) => this.#afterSharedPause(reply), () => undefined);
+    if (isPromise(told))
+      told.then(
+        (reply) => this.#afterSharedPause(reply),
+        () => undefined,
+      );
     else this.#afterSharedPause(told);
   }
 
@@ -278,7 +282,11 @@ export class FleetBudget {
     if (this.#shared === undefined) return this.#apply(this.#own.lease(request), want, 'local');
     this.#leasing = true;
     const pending = this.#shared.lease(request);
-    if (isPromise(pending)) pending.then((reply) => this.#afterSharedLease(reply, request), () => this.#afterSharedLease(undefined, request));
+    if (isPromise(pending))
+      pending.then(
+        (reply) => this.#afterSharedLease(reply, request),
+        () => this.#afterSharedLease(undefined, request),
+      );
     else this.#afterSharedLease(pending, request);
   }
 
@@ -319,10 +327,13 @@ export class FleetBudget {
     this.#grantWaiters();
     if (this.#waiting() === 0) return;
     if (!this.#leaseWasShort) return this.#ensureLease();
-    this.#nextLease = setTimeout(() => {
-      this.#nextLease = undefined;
-      this.#ensureLease();
-    }, Math.min(MAX_LEASE_RETRY_MS, Math.max(MIN_LEASE_RETRY_MS, reply.waitMs)));
+    this.#nextLease = setTimeout(
+      () => {
+        this.#nextLease = undefined;
+        this.#ensureLease();
+      },
+      Math.min(MAX_LEASE_RETRY_MS, Math.max(MIN_LEASE_RETRY_MS, reply.waitMs)),
+    );
     this.#nextLease.unref?.();
   }
 

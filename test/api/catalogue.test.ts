@@ -3,14 +3,7 @@
  * parser (src/api/route.ts) reads write paths the way matchRoute reads read paths.
  */
 import { describe, expect, it } from 'vitest';
-import {
-  OPERATIONS,
-  RESOURCES,
-  makePath,
-  resourceOfIdParam,
-  type ResourceName,
-  type SettledFlag,
-} from '../../src/api/catalogue.js';
+import { OPERATIONS, RESOURCES, makePath, resourceOfIdParam, type ResourceName, type SettledFlag } from '../../src/api/catalogue.js';
 import { matchRoute, parsePathId, resourcesInPath, type ResourceRef } from '../../src/api/route.js';
 
 /** Ids 11, 12, … for an operation's path ids, in order. */
@@ -102,18 +95,13 @@ describe('resources a path names', () => {
     expect(resourcesInPath(path)).toEqual(refs);
   });
 
-  it.each(OPERATIONS.map((op) => [op.id, op] as const))(
-    '%s: names the ids matchRoute reads from the same path, and its resource',
-    (_id, op) => {
-      const path = makePath(op, idsFor(op.pathIds));
-      const refs = resourcesInPath(path);
-      const named = Object.fromEntries(
-        refs.flatMap((r) => (r.id === undefined ? [] : [[RESOURCES[r.resource].idParam!, r.id]])),
-      );
-      expect(named).toEqual(matchRoute(path)?.ids);
-      expect(refs.map((r) => r.resource)).toContain(op.resource);
-    },
-  );
+  it.each(OPERATIONS.map((op) => [op.id, op] as const))('%s: names the ids matchRoute reads from the same path, and its resource', (_id, op) => {
+    const path = makePath(op, idsFor(op.pathIds));
+    const refs = resourcesInPath(path);
+    const named = Object.fromEntries(refs.flatMap((r) => (r.id === undefined ? [] : [[RESOURCES[r.resource].idParam!, r.id]])));
+    expect(named).toEqual(matchRoute(path)?.ids);
+    expect(refs.map((r) => r.resource)).toContain(op.resource);
+  });
 
   it('reads a zero-padded id as matchRoute does', () => {
     expect(matchRoute('/api/v1/projects/02')?.ids).toEqual({ project_id: 2 });

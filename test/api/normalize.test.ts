@@ -26,7 +26,9 @@ describe('the catalogue', () => {
   });
 
   it('marks exactly users, roles and groups as admin only', () => {
-    const admin = OPERATIONS.filter((o) => o.adminOnly).map((o) => o.id).sort();
+    const admin = OPERATIONS.filter((o) => o.adminOnly)
+      .map((o) => o.id)
+      .sort();
     expect(admin).toEqual(['getGroup', 'getRole', 'getUser', 'listGroups', 'listRoles', 'listUsers']);
   });
 });
@@ -45,9 +47,8 @@ describe('route matching', () => {
     expect(m?.ids).toEqual(ids);
   });
 
-  it.each(['/api/v1/projects/7/cases', '/api/v2/user', '/api/v1', '/health', '/api/v1/runs/9/results/4'])(
-    'does not match %s',
-    (path) => expect(matchRoute(path)).toBeUndefined(),
+  it.each(['/api/v1/projects/7/cases', '/api/v2/user', '/api/v1', '/health', '/api/v1/runs/9/results/4'])('does not match %s', (path) =>
+    expect(matchRoute(path)).toBeUndefined(),
   );
 
   it.each(['/api/v1/runs/abc', '/api/v1/runs/0', '/api/v1/runs/-1', '/api/v1/projects/1.5/runs'])(
@@ -92,8 +93,8 @@ describe('normalization makes equal questions byte-equal', () => {
 
   it('gives different questions different key suffixes', () => {
     const op = getOperation('listRuns');
-    const suffixes = ['', 'page=2', 'is_closed=1', 'is_closed=0', 'milestone_id=1', 'milestone_id=1,2', 'expands=users'].map(
-      (q) => makeKeySuffix(normalizeRequest(op, { project_id: 1 }, q)),
+    const suffixes = ['', 'page=2', 'is_closed=1', 'is_closed=0', 'milestone_id=1', 'milestone_id=1,2', 'expands=users'].map((q) =>
+      makeKeySuffix(normalizeRequest(op, { project_id: 1 }, q)),
     );
     suffixes.push(makeKeySuffix(normalizeRequest(op, { project_id: 2 }, '')));
     suffixes.push(makeKeySuffix(normalizeRequest(getOperation('listSessions'), { project_id: 1 }, '')));
@@ -160,7 +161,5 @@ describe('timestamps', () => {
     ['2024-03-01', Date.UTC(2024, 2, 1)],
   ])('parses %s', (text, ms) => expect(parseTimestamp(text)).toBe(ms));
 
-  it.each(['2024-13-01', '2024-03-01T25:00:00Z', 'now', '1700000000', ''])('rejects %s', (text) =>
-    expect(parseTimestamp(text)).toBeUndefined(),
-  );
+  it.each(['2024-13-01', '2024-03-01T25:00:00Z', 'now', '1700000000', ''])('rejects %s', (text) => expect(parseTimestamp(text)).toBeUndefined());
 });

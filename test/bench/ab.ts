@@ -46,7 +46,10 @@ export async function runAbHit(emulator: Emulator, page: Page, options: AbHitOpt
   const base = await startTmCache(emulator.url, { name: `base (${options.base})`, cli: join(options.base, 'dist/cli.js') });
   const head = await startTmCache(emulator.url, { name: 'this checkout' });
   const hits: AbHitRun[] = [];
-  for (const [clients, headers] of [['identity clients', {}], ['gzip clients', { 'accept-encoding': 'gzip' }]] as const) {
+  for (const [clients, headers] of [
+    ['identity clients', {}],
+    ['gzip clients', { 'accept-encoding': 'gzip' }],
+  ] as const) {
     const [b, h] = await compareHits([base, head], page, { connections: 32, durationS: options.durationS, warmupS: 2, rounds: options.rounds, headers });
     const run = { clients, base: b!, head: h!, byRps: h!.rps / b!.rps, byCpu: b!.cpuUsPerReq / h!.cpuUsPerReq };
     printHits(`memory hit, ${clients}: ${page.path}, 32 connections, ${options.rounds} rotating rounds`, run);
@@ -57,18 +60,36 @@ export async function runAbHit(emulator: Emulator, page: Page, options: AbHitOpt
     hits,
     missMedianMs,
     checks: [
-      ...hits.flatMap((r) => [ratioCheck(`ab:hit, ${r.clients}: this ÷ base (req/s)`, r.byRps, undefined), ratioCheck(`ab:hit, ${r.clients}: this ÷ base (CPU per request)`, r.byCpu, undefined)]),
-      { name: 'ab:hit, miss: median overhead over the emulator, base', value: missMedianMs[base.name]! - missMedianMs[emulator.name]!, unit: 'ms', target: 'info', pass: undefined },
-      { name: 'ab:hit, miss: median overhead over the emulator, this', value: missMedianMs[head.name]! - missMedianMs[emulator.name]!, unit: 'ms', target: 'info', pass: undefined },
+      ...hits.flatMap((r) => [
+        ratioCheck(`ab:hit, ${r.clients}: this ÷ base (req/s)`, r.byRps, undefined),
+        ratioCheck(`ab:hit, ${r.clients}: this ÷ base (CPU per request)`, r.byCpu, undefined),
+      ]),
+      {
+        name: 'ab:hit, miss: median overhead over the emulator, base',
+        value: missMedianMs[base.name]! - missMedianMs[emulator.name]!,
+        unit: 'ms',
+        target: 'info',
+        pass: undefined,
+      },
+      {
+        name: 'ab:hit, miss: median overhead over the emulator, this',
+        value: missMedianMs[head.name]! - missMedianMs[emulator.name]!,
+        unit: 'ms',
+        target: 'info',
+        pass: undefined,
+      },
     ],
   };
 }
 
 function printHits(title: string, run: AbHitRun): void {
   const row = (f: HitFigures) => [f.name, fmt(f.rps, 0), f.roundRps.map((r) => `${(r / 1000).toFixed(1)}k`).join(' '), fmt(f.cpuUsPerReq, 1), f.errors];
-  printTable(title, ['build', 'req/s', 'rounds', 'CPU µs/req', 'errors'], [row(run.base), row(run.head)], [
-    `this ÷ base: ${fmt(run.byRps)} by req/s, ${fmt(run.byCpu)} by CPU per request (> 1: this checkout is faster)`,
-  ]);
+  printTable(
+    title,
+    ['build', 'req/s', 'rounds', 'CPU µs/req', 'errors'],
+    [row(run.base), row(run.head)],
+    [`this ÷ base: ${fmt(run.byRps)} by req/s, ${fmt(run.byCpu)} by CPU per request (> 1: this checkout is faster)`],
+  );
 }
 
 /** Distinct cold questions, asked of the emulator and of each build in turn (rotating order): median ms by server. */

@@ -54,9 +54,7 @@ function optionalCandidates(modulesDir: string | undefined): Candidate[] {
   const out: Candidate[] = [];
   const lz4 = loadOptional('lz4-napi', modulesDir) as { compressSync(b: Buffer): Buffer; uncompressSync(b: Buffer): Buffer } | undefined;
   if (lz4) out.push({ name: 'lz4 (lz4-napi)', encode: (b) => lz4.compressSync(b), decode: (p) => lz4.uncompressSync(p) });
-  const zstd = loadOptional('zstd-napi', modulesDir) as
-    | { compress(b: Buffer, o?: Record<string, number>): Buffer; decompress(b: Buffer): Buffer }
-    | undefined;
+  const zstd = loadOptional('zstd-napi', modulesDir) as { compress(b: Buffer, o?: Record<string, number>): Buffer; decompress(b: Buffer): Buffer } | undefined;
   for (const level of [1, 3, 6]) {
     if (!zstd) break;
     out.push({ name: `zstd ${level} (zstd-napi)`, encode: (b) => zstd.compress(b, { compressionLevel: level }), decode: (p) => zstd.decompress(p) });
@@ -107,9 +105,20 @@ export function runCodec(options: { rounds: number; modulesDir?: string | undefi
     const packed = candidate.encode(body);
     if (!candidate.decode(packed).equals(body)) throw new Error(`${candidate.name} does not round-trip`);
     const rounds = candidate.name.includes('q11') ? Math.min(15, options.rounds) : options.rounds;
-    const row = { codec: candidate.name, bytes: packed.length, ratio: body.length / packed.length, encodeUs: medianMicros(rounds, () => candidate.encode(body)), decodeUs: medianMicros(rounds, () => candidate.decode(packed)) };
-    console.log(row.codec.padEnd(22), String(row.bytes).padStart(7), row.ratio.toFixed(1).padStart(6),
-      row.encodeUs.toFixed(0).padStart(8), row.decodeUs.toFixed(0).padStart(8));
+    const row = {
+      codec: candidate.name,
+      bytes: packed.length,
+      ratio: body.length / packed.length,
+      encodeUs: medianMicros(rounds, () => candidate.encode(body)),
+      decodeUs: medianMicros(rounds, () => candidate.decode(packed)),
+    };
+    console.log(
+      row.codec.padEnd(22),
+      String(row.bytes).padStart(7),
+      row.ratio.toFixed(1).padStart(6),
+      row.encodeUs.toFixed(0).padStart(8),
+      row.decodeUs.toFixed(0).padStart(8),
+    );
     rows.push(row);
   }
   return { bodyBytes: body.length, rows, checks: [] };

@@ -47,7 +47,10 @@ export async function runAbDecode(options: { base: string; rounds: number }): Pr
     const stored = await head.encodeEntry(entry, guard, KEY);
     const spent = { base: 0, head: 0 };
     for (let round = 0; round < rounds; round++) {
-      for (const [name, codec] of [['head', head], ['base', base]] as const) {
+      for (const [name, codec] of [
+        ['head', head],
+        ['base', base],
+      ] as const) {
         const t0 = process.hrtime.bigint();
         for (let i = 0; i < BATCH; i++) {
           const decoded = await codec.decodeEntry(stored, guard, KEY);
@@ -58,7 +61,9 @@ export async function runAbDecode(options: { base: string; rounds: number }): Pr
     }
     const each = (us: number) => us / ((rounds - WARMUP_ROUNDS) * BATCH);
     const figure = { guard: label, bodyBytes: entry.body.length, storedBytes: stored.length, baseUs: each(spent.base), headUs: each(spent.head) };
-    console.log(`${label}: ${figure.bodyBytes} B body, ${figure.storedBytes} B stored; open + identity body, µs each: base ${figure.baseUs.toFixed(1)}, this ${figure.headUs.toFixed(1)}`);
+    console.log(
+      `${label}: ${figure.bodyBytes} B body, ${figure.storedBytes} B stored; open + identity body, µs each: base ${figure.baseUs.toFixed(1)}, this ${figure.headUs.toFixed(1)}`,
+    );
     figures.push(figure);
   }
   return {

@@ -29,7 +29,10 @@ const cell = (text: string): string => text.replace(/\|/g, '\\|');
 
 function runLine(r: ScenarioRecord): string {
   const s = r.setup;
-  const loaded = s.loadAverage > s.cores ? `, load average ${s.loadAverage.toFixed(1)} on ${s.cores} cores: other work shared the machine` : `, load average ${s.loadAverage.toFixed(1)} on ${s.cores} cores`;
+  const loaded =
+    s.loadAverage > s.cores
+      ? `, load average ${s.loadAverage.toFixed(1)} on ${s.cores} cores: other work shared the machine`
+      : `, load average ${s.loadAverage.toFixed(1)} on ${s.cores} cores`;
   return `${r.startedAt.slice(0, 10)}, ${s.short ? 'short run (`--short`)' : 'full run'}, ${Math.round(r.elapsedS)} s; node ${s.node}${s.pinned ? ', pinned' : ', NOT pinned'}${loaded}`;
 }
 

@@ -36,7 +36,9 @@ export function missingBuild(root: string): string | undefined {
  */
 export function requireBase(base: string | undefined, needs = 'dist/cli.js'): string {
   if (base === undefined) {
-    throw new UsageError(`--base <dir> (or BENCH_AB_BASE) must name another checkout with ${needs}, e.g.\n  git worktree add /tmp/base <commit> && (cd /tmp/base && npm ci && npm run build)`);
+    throw new UsageError(
+      `--base <dir> (or BENCH_AB_BASE) must name another checkout with ${needs}, e.g.\n  git worktree add /tmp/base <commit> && (cd /tmp/base && npm ci && npm run build)`,
+    );
   }
   const dir = resolve(base);
   if (!existsSync(join(dir, needs))) throw new UsageError(`--base ${dir} has no ${needs}${needs.startsWith('dist/') ? ' (npm run build there)' : ''}`);

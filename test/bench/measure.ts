@@ -56,7 +56,9 @@ export function header(f: Fetched, name: string): string {
 async function assertServesPage(server: Server, page: Page, extra: Record<string, string> = {}): Promise<Fetched> {
   const got = await fetchPage(server.url + page.path, page.token, extra);
   if (got.status !== 200 || got.body.length !== page.body.length) {
-    throw new Error(`${server.name} answered ${got.status} with ${got.body.length} bytes, expected 200 with ${page.body.length}: ${got.body.subarray(0, 200).toString()}`);
+    throw new Error(
+      `${server.name} answered ${got.status} with ${got.body.length} bytes, expected 200 with ${page.body.length}: ${got.body.subarray(0, 200).toString()}`,
+    );
   }
   return got;
 }

@@ -42,7 +42,12 @@ async function startNginxProxyPass(dir: string, upstream: string): Promise<Serve
 /** bare-proxy.ts on the server core: node's own floor for a proxied answer. */
 async function startBareProxy(upstream: string): Promise<Server> {
   const port = await freePort();
-  const proc = startProcess('bare node proxy', process.execPath, ['--import', 'tsx', join(ROOT, 'test/bench/bare-proxy.ts'), '--port', String(port), '--upstream', upstream], { cpu: SERVER_CPU, cwd: ROOT });
+  const proc = startProcess(
+    'bare node proxy',
+    process.execPath,
+    ['--import', 'tsx', join(ROOT, 'test/bench/bare-proxy.ts'), '--port', String(port), '--upstream', upstream],
+    { cpu: SERVER_CPU, cwd: ROOT },
+  );
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/__emulator/tokens`, proc);
   return { name: 'bare node proxy', url, proc };
@@ -170,7 +175,16 @@ export async function runAbMiss(emulator: Emulator, page: Page, dir: string, opt
   printTable(
     `miss vs nginx proxy_pass: ${count} distinct cold questions each, one at a time, rotating; ${page.path} (${page.body.length} B)`,
     ['server', 'median ms', 'p90 ms', 'median ÷ nginx', 'CPU µs/miss', 'CPU ÷ nginx', 'CPU µs/miss (stat ticks)', 'fwd=uri-miss'],
-    out.map((r, j) => [r.server, fmt(r.medianMs, 3), fmt(r.p90Ms, 3), fmt(r.medianMs / nginx.ms), fmt(r.cpuUsPerMiss, 0), fmt(r.cpuUsPerMiss / nginx.cpuUs), fmt(r.cpuUsPerMissTicks, 0), j === 0 ? '' : `${r.uriMisses}/${count}`]),
+    out.map((r, j) => [
+      r.server,
+      fmt(r.medianMs, 3),
+      fmt(r.p90Ms, 3),
+      fmt(r.medianMs / nginx.ms),
+      fmt(r.cpuUsPerMiss, 0),
+      fmt(r.cpuUsPerMiss / nginx.cpuUs),
+      fmt(r.cpuUsPerMissTicks, 0),
+      j === 0 ? '' : `${r.uriMisses}/${count}`,
+    ]),
     [
       'targets (issue 10): median ≤ 1.15× nginx, CPU per miss ≤ 2× nginx. CPU: schedstat of every thread of the process group.',
       'taken on a shared 2-core machine: compare the rows with each other, not with another run.',
@@ -183,7 +197,9 @@ export async function runAbMiss(emulator: Emulator, page: Page, dir: string, opt
     checks: out.slice(1).flatMap((r) => {
       const [latency, cpu] = [r.medianMs / nginx.ms, r.cpuUsPerMiss / nginx.cpuUs];
       const names = [`ab:miss: ${r.server} ÷ nginx proxy_pass, median latency`, `ab:miss: ${r.server} ÷ nginx proxy_pass, CPU per miss`] as const;
-      return r.server.startsWith('tm-cache') ? [maxCheck(names[0], latency, 1.15), maxCheck(names[1], cpu, 2)] : [ratioCheck(names[0], latency, undefined), ratioCheck(names[1], cpu, undefined)];
+      return r.server.startsWith('tm-cache')
+        ? [maxCheck(names[0], latency, 1.15), maxCheck(names[1], cpu, 2)]
+        : [ratioCheck(names[0], latency, undefined), ratioCheck(names[1], cpu, undefined)];
     }),
   };
 }

@@ -122,7 +122,14 @@ export function makeNginxPassConf(dir: string, port: number, backend: Backend): 
 export type NginxConf = (dir: string, port: number, backend: Backend) => string;
 
 /** nginx with `conf` (default the proxy_cache one), its files under `dir`/`name`. */
-export async function startNginx(dir: string, port: number, backend: Backend, cpu: number, conf: NginxConf = makeNginxConf, name = 'nginx'): Promise<Peer | string> {
+export async function startNginx(
+  dir: string,
+  port: number,
+  backend: Backend,
+  cpu: number,
+  conf: NginxConf = makeNginxConf,
+  name = 'nginx',
+): Promise<Peer | string> {
   const missing = missingBinary('nginx');
   if (missing) return missing;
   const nginx = findBinary('nginx')!;

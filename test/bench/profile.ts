@@ -124,7 +124,9 @@ function analyse(profile: CpuProfile, skipUs: number, topN: number): Analysis {
     }
   }
   const top = (m: Map<string, number>, n: number) => [...m].sort((a, b) => b[1] - a[1]).slice(0, n);
-  console.log(`\nbusy ${(busy / 1e6).toFixed(2)} s of ${(total / 1e6).toFixed(2)} s sampled (percentages are of busy time; ${(startup / 1e6).toFixed(2)} s loading modules at start-up left out)`);
+  console.log(
+    `\nbusy ${(busy / 1e6).toFixed(2)} s of ${(total / 1e6).toFixed(2)} s sampled (percentages are of busy time; ${(startup / 1e6).toFixed(2)} s loading modules at start-up left out)`,
+  );
   const gc = byOrigin.get('(garbage collector)') ?? 0;
   console.log(`GC share: ${pct(gc).trim()} of busy time (the "(garbage collector)" frame: V8's collector on the main thread)`);
   console.log('\n-- by origin (self time)');
@@ -192,7 +194,12 @@ export async function runProfile(mode: ProfileMode, emulator: Emulator, dir: str
     load = await missLoad(emulator, server, page, options.durationS);
   } else {
     const extra: Record<string, string> = options.acceptEncoding ? { 'accept-encoding': options.acceptEncoding } : {};
-    const wrk = await runWrk({ url: server.url + path, connections: 32, durationS: options.durationS, headers: { authorization: `Bearer ${page.token}`, ...extra } });
+    const wrk = await runWrk({
+      url: server.url + path,
+      connections: 32,
+      durationS: options.durationS,
+      headers: { authorization: `Bearer ${page.token}`, ...extra },
+    });
     load = `${mode}: ${wrk.rps.toFixed(0)} req/s under the profiler (sampling slows it down)`;
     console.log(load);
   }

@@ -100,12 +100,7 @@ export function ciQuestions(f: ProjectFacts): string[] {
 export function dashboardPanels(f: ProjectFacts, userId: number): { shared: string[]; own: string[] } {
   const p = `/api/v1/projects/${f.projectId}`;
   return {
-    shared: [
-      p,
-      `${p}/runs?is_closed=0&per_page=25&expands=users`,
-      `${p}/milestones?is_completed=0&per_page=15`,
-      `/api/v1/runs/${f.runId}?expands=statuses`,
-    ],
+    shared: [p, `${p}/runs?is_closed=0&per_page=25&expands=users`, `${p}/milestones?is_completed=0&per_page=15`, `/api/v1/runs/${f.runId}?expands=statuses`],
     own: [
       `${p}/runs?created_by=${userId}&per_page=15`,
       `${p}/runs?created_by=${userId}&is_closed=1&per_page=15&sort=runs:closed_at`,

@@ -37,15 +37,30 @@ interface AbRedis {
 export async function runAbRedis(emulator: Emulator, page: Page, options: AbRedisOptions): Promise<AbRedis> {
   const redis = await startRedis();
   const memory = await startTmCache(emulator.url, { name: 'memory hit (this checkout)', redisUrl: redis.url });
-  const base = await startRedisHitServer(emulator.url, redis.url, 'tmab:', options.encrypted, { name: `redis hit, base (${options.base})`, cli: join(options.base, 'dist/cli.js') });
+  const base = await startRedisHitServer(emulator.url, redis.url, 'tmab:', options.encrypted, {
+    name: `redis hit, base (${options.base})`,
+    cli: join(options.base, 'dist/cli.js'),
+  });
   const head = await startRedisHitServer(emulator.url, redis.url, 'tmah:', options.encrypted, { name: 'redis hit, this checkout' });
   await assertHitFrom(memory, page, 'memory');
   await assertHitFrom(base, page, 'redis');
   await assertHitFrom(head, page, 'redis');
   const runs: AbRedisRun[] = [];
-  for (const [clients, headers] of [['identity clients', {}], ['gzip clients', { 'accept-encoding': 'gzip' }]] as const) {
-    const figures = await compareHits([memory, base, head], page, { connections: 32, durationS: options.durationS, warmupS: 2, rounds: options.rounds, headers });
-    print(`${clients}: ${page.path}${options.encrypted ? ', values sealed (AES-256-GCM)' : ', values MAC-bound'}, 32 connections, ${options.rounds} rotating rounds`, figures);
+  for (const [clients, headers] of [
+    ['identity clients', {}],
+    ['gzip clients', { 'accept-encoding': 'gzip' }],
+  ] as const) {
+    const figures = await compareHits([memory, base, head], page, {
+      connections: 32,
+      durationS: options.durationS,
+      warmupS: 2,
+      rounds: options.rounds,
+      headers,
+    });
+    print(
+      `${clients}: ${page.path}${options.encrypted ? ', values sealed (AES-256-GCM)' : ', values MAC-bound'}, 32 connections, ${options.rounds} rotating rounds`,
+      figures,
+    );
     runs.push({ clients, figures });
   }
   return {
@@ -63,7 +78,15 @@ function print(title: string, figures: HitFigures[]): void {
   printTable(
     title,
     ['server', 'req/s', 'rounds', 'CPU µs/req', '÷ memory hit (req/s)', '÷ memory hit (1-core)', 'errors'],
-    figures.map((f) => [f.name, fmt(f.rps, 0), f.roundRps.map((r) => `${(r / 1000).toFixed(1)}k`).join(' '), fmt(f.cpuUsPerReq, 1), fmt(f.rps / memory.rps), fmt(f.capacityRps / memory.capacityRps), f.errors]),
+    figures.map((f) => [
+      f.name,
+      fmt(f.rps, 0),
+      f.roundRps.map((r) => `${(r / 1000).toFixed(1)}k`).join(' '),
+      fmt(f.cpuUsPerReq, 1),
+      fmt(f.rps / memory.rps),
+      fmt(f.capacityRps / memory.capacityRps),
+      f.errors,
+    ]),
     ['target (issue 10): a Redis-tier hit ≥ 0.5× a memory hit. Taken on a shared 2-core machine: compare rows of one run.'],
   );
 }

@@ -10,11 +10,20 @@ export function fmt(value: number | undefined, digits = 2): string {
 }
 
 /** `alignLeft`: every column left-aligned (figure/value tables whose values are sentences). */
-export function printTable(title: string, header: readonly string[], rows: readonly (readonly Cell[])[], notes: readonly string[] = [], alignLeft = false): void {
+export function printTable(
+  title: string,
+  header: readonly string[],
+  rows: readonly (readonly Cell[])[],
+  notes: readonly string[] = [],
+  alignLeft = false,
+): void {
   const text = rows.map((row) => row.map((c) => (c === undefined ? '—' : String(c))));
   const widths = header.map((h, i) => Math.max(h.length, ...text.map((r) => (r[i] ?? '').length)));
   const line = (cells: readonly string[]) =>
-    cells.map((c, i) => (i === 0 || alignLeft ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
+    cells
+      .map((c, i) => (i === 0 || alignLeft ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   console.log(`\n== ${title}`);
   console.log(line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));

@@ -55,7 +55,10 @@ async function forgetAcrossReplicas(em: TestEmulator, a: TestProxy, b: TestProxy
   await a.get('/api/v1/projects?per_page=50', t.token); // 401 on A: forgotten, published
   const refusedOnA = Date.now();
   const onB = await pollUntilRefused(() => b.get(path, t.token), refusedOnA, 1);
-  return { line: `token refused (401) on replica A: replica B refuses it ${onB} ms later (it held the identity for ${DEFAULT_CONFIG.identity.ttlMs / 1000} s more)`, ms: onB };
+  return {
+    line: `token refused (401) on replica A: replica B refuses it ${onB} ms later (it held the identity for ${DEFAULT_CONFIG.identity.ttlMs / 1000} s more)`,
+    ms: onB,
+  };
 }
 
 /** Replica B reads A's shared identity half-way through its life; the token is revoked just after. */
@@ -91,7 +94,13 @@ export async function runRevocation(): Promise<Revocation> {
     return {
       lines,
       checks: [
-        { name: 'revocation: revoked project access refused, s after the revocation', value: project.afterRevocationS, unit: 's', target: 'info', pass: undefined },
+        {
+          name: 'revocation: revoked project access refused, s after the revocation',
+          value: project.afterRevocationS,
+          unit: 's',
+          target: 'info',
+          pass: undefined,
+        },
         { name: "revocation: replica B refuses a token after A's 401", value: forget.ms, unit: 'ms', target: 'info', pass: undefined },
         { name: "revocation: shared identity refused, s after A's verification", value: shared.s, unit: 's', target: 'info', pass: undefined },
       ],

@@ -38,8 +38,12 @@ function usage(): string {
     'usage: npm run bench -- [scenario ...] [--short] [--list] [knobs]',
     '',
     'Without a scenario: the suite. Scenarios (--list for what each measures):',
-    `  suite:  ${SCENARIOS.filter((s) => s.suite).map((s) => s.name).join(', ')}`,
-    `  others: ${SCENARIOS.filter((s) => !s.suite).map((s) => s.name).join(', ')}`,
+    `  suite:  ${SCENARIOS.filter((s) => s.suite)
+      .map((s) => s.name)
+      .join(', ')}`,
+    `  others: ${SCENARIOS.filter((s) => !s.suite)
+      .map((s) => s.name)
+      .join(', ')}`,
     '',
     'Knobs (flag, or its environment variable; a flag wins):',
     '  --list                                          every scenario, what it measures and needs',
@@ -123,8 +127,14 @@ async function main(argv: string[]): Promise<number> {
     short: options.short,
     knobs: options.given(),
   };
-  console.log(`tm-cache bench — node ${setup.node}, ${setup.cores} cores (${setup.cpu}), load average ${setup.loadAverage.toFixed(1)}${setup.short ? ', SHORT runs' : ''}`);
-  console.log(pinned ? `servers on core ${SERVER_CPU}; wrk, emulator, redis and this runner on core ${LOAD_CPU}` : 'taskset not available: NOTHING IS PINNED, figures are less comparable');
+  console.log(
+    `tm-cache bench — node ${setup.node}, ${setup.cores} cores (${setup.cpu}), load average ${setup.loadAverage.toFixed(1)}${setup.short ? ', SHORT runs' : ''}`,
+  );
+  console.log(
+    pinned
+      ? `servers on core ${SERVER_CPU}; wrk, emulator, redis and this runner on core ${LOAD_CPU}`
+      : 'taskset not available: NOTHING IS PINNED, figures are less comparable',
+  );
   if (setup.cores < 2) console.log('WARNING: fewer than 2 cores: servers and load share a core');
   setLogLevel(options.string('log-level') ?? 'warn');
 

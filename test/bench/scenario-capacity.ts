@@ -61,7 +61,8 @@ const lua = (s: string): string => JSON.stringify(s); // a JSON string of ASCII 
  */
 export function makeMixScript(sets: MixSets, shares: MixShares, missDay: string, seed = 42): string {
   const total = shares.hit + shares.stale + shares.miss;
-  if (!(total > 0) || sets.hits.length === 0 || sets.stale.length === 0 || sets.missBases.length === 0) throw new Error('a mix needs positive shares and a request in every set');
+  if (!(total > 0) || sets.hits.length === 0 || sets.stale.length === 0 || sets.missBases.length === 0)
+    throw new Error('a mix needs positive shares and a request in every set');
   if (!/^\d{4}-\d{2}-\d{2}$/.test(missDay)) throw new Error(`missDay must be YYYY-MM-DD, got ${missDay}`);
   const table = (xs: readonly MixRequest[]) => `{\n${xs.map((x) => `  {${lua(x.path)}, ${lua(`Bearer ${x.token}`)}},`).join('\n')}\n}`;
   return `local hits = ${table(sets.hits)}
@@ -197,7 +198,11 @@ interface Slice {
   readonly other: number;
 }
 
-export async function runCapacityScenario(dir: string, emulator: Emulator, options: { durationS: number; rounds: number; staleCount: number }): Promise<CapacityScenario> {
+export async function runCapacityScenario(
+  dir: string,
+  emulator: Emulator,
+  options: { durationS: number; rounds: number; staleCount: number },
+): Promise<CapacityScenario> {
   const backend = { host: '127.0.0.1', port: Number(new URL(emulator.url).port) };
   const sets = makeMixSets(emulator.tokens, options.staleCount);
   const config = writeConfig(dir, 'capacity', {
@@ -212,7 +217,17 @@ export async function runCapacityScenario(dir: string, emulator: Emulator, optio
   const skipped = new Map<string, string>();
   const starters: [string, () => Promise<Server | string>][] = [
     ['tm-cache', () => startTmCache(emulator.url, { name: 'tm-cache', env: { TM_CACHE_CONFIG: config } })],
-    ['varnish', async () => startVarnish(mkdirSync(join(dir, 'capacity-varnish'), { recursive: true }) ?? join(dir, 'capacity-varnish'), await freePort(), backend, SERVER_CPU, capacityVcl(backend))],
+    [
+      'varnish',
+      async () =>
+        startVarnish(
+          mkdirSync(join(dir, 'capacity-varnish'), { recursive: true }) ?? join(dir, 'capacity-varnish'),
+          await freePort(),
+          backend,
+          SERVER_CPU,
+          capacityVcl(backend),
+        ),
+    ],
     ['nginx proxy_cache', async () => startNginx(dir, await freePort(), backend, SERVER_CPU, capacityNginxConf, 'nginx capacity')],
   ];
   const slices = new Map<string, Slice[]>();
@@ -234,7 +249,10 @@ export async function runCapacityScenario(dir: string, emulator: Emulator, optio
         const server = servers[index]!;
         // A wrk run starts its counter at 0: each (server, round) gets its own day, so no miss is asked twice.
         const script = join(dir, `mix-${index}-${round}.lua`);
-        writeFileSync(script, makeMixScript(sets, REALISTIC_MIX, `2033-${String(round + 1).padStart(2, '0')}-${String(index + 1).padStart(2, '0')}`, 42 + round));
+        writeFileSync(
+          script,
+          makeMixScript(sets, REALISTIC_MIX, `2033-${String(round + 1).padStart(2, '0')}-${String(index + 1).padStart(2, '0')}`, 42 + round),
+        );
         await emulator.resetStats();
         const cpuBefore = groupCpuSeconds(server.proc.pid);
         const wrk = await runWrk({ url: server.url, connections: 32, durationS: sliceS, script });
@@ -252,7 +270,21 @@ export async function runCapacityScenario(dir: string, emulator: Emulator, optio
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
   const rows: CapacityRow[] = starters.map(([name]) => {
     const ss = slices.get(name);
-    if (!ss) return { name, requests: 0, rps: NaN, p50Ms: NaN, p99Ms: NaN, cpuUsPerReq: NaN, capacityRps: NaN, errors: 0, missShare: NaN, staleRefreshShare: NaN, otherUpstream: 0, skipped: skipped.get(name) ?? 'not measured' };
+    if (!ss)
+      return {
+        name,
+        requests: 0,
+        rps: NaN,
+        p50Ms: NaN,
+        p99Ms: NaN,
+        cpuUsPerReq: NaN,
+        capacityRps: NaN,
+        errors: 0,
+        missShare: NaN,
+        staleRefreshShare: NaN,
+        otherUpstream: 0,
+        skipped: skipped.get(name) ?? 'not measured',
+      };
     const requests = sum(ss.map((s) => s.wrk.requests));
     const cpuS = sum(ss.map((s) => s.cpuS));
     return {
@@ -276,13 +308,36 @@ export async function runCapacityScenario(dir: string, emulator: Emulator, optio
   };
   printTable(
     `8. Capacity: one core, mix ${REALISTIC_MIX.hit * 100}% fresh hits / ${REALISTIC_MIX.stale * 100}% stale hits (refresh) / ${REALISTIC_MIX.miss * 100}% misses, wrk 32 connections, ${options.rounds} rotating rounds of ${sliceS} s each, server on core ${SERVER_CPU}`,
-    ['server', 'req/s', 'p50 ms', 'p99 ms', 'CPU µs/req', '1-core req/s', 'errors', 'upstream: misses', 'stale refreshes', 'other', 'tm ÷ this req/s', 'tm ÷ this 1-core'],
+    [
+      'server',
+      'req/s',
+      'p50 ms',
+      'p99 ms',
+      'CPU µs/req',
+      '1-core req/s',
+      'errors',
+      'upstream: misses',
+      'stale refreshes',
+      'other',
+      'tm ÷ this req/s',
+      'tm ÷ this 1-core',
+    ],
     rows.map((r) =>
       r.skipped
         ? [r.name, `skipped: ${r.skipped}`]
         : [
-            r.name, fmt(r.rps, 0), fmt(r.p50Ms), fmt(r.p99Ms), fmt(r.cpuUsPerReq, 1), fmt(r.capacityRps, 0), r.errors,
-            `${fmt(100 * r.missShare, 2)}%`, `${fmt(100 * r.staleRefreshShare, 2)}%`, r.otherUpstream, fmt(ratio(r.name, 'rps')), fmt(ratio(r.name, 'capacityRps')),
+            r.name,
+            fmt(r.rps, 0),
+            fmt(r.p50Ms),
+            fmt(r.p99Ms),
+            fmt(r.cpuUsPerReq, 1),
+            fmt(r.capacityRps, 0),
+            r.errors,
+            `${fmt(100 * r.missShare, 2)}%`,
+            `${fmt(100 * r.staleRefreshShare, 2)}%`,
+            r.otherUpstream,
+            fmt(ratio(r.name, 'rps')),
+            fmt(ratio(r.name, 'capacityRps')),
           ],
     ),
     [

@@ -75,7 +75,8 @@ async function burst(mode: string, emulator: Emulator, replicas: Server[], users
   try {
     // Warm-up: connections and JIT of each replica, with the admin on another question.
     const admin = emulator.tokens.find((t) => t.is_admin)!;
-    for (const pool of pools) for (let i = 0; i < 10; i++) await timedGet(pool, `/api/v1/projects?per_page=15&page=${i + 1}`, { authorization: `Bearer ${admin.token}` });
+    for (const pool of pools)
+      for (let i = 0; i < 10; i++) await timedGet(pool, `/api/v1/projects?per_page=15&page=${i + 1}`, { authorization: `Bearer ${admin.token}` });
     await emulator.resetStats();
     const times: number[] = [];
     const statuses: string[] = [];
@@ -128,7 +129,9 @@ async function withReplicas<T>(emulator: Emulator, count: number, redis: Redis |
   const replicas: Server[] = [];
   try {
     for (let i = 0; i < count; i++) {
-      replicas.push(await startTmCache(emulator.url, { name: `tm-cache replica ${i + 1}${redis ? ' (redis)' : ''}`, ...(redis ? { redisUrl: redis.url } : {}) }));
+      replicas.push(
+        await startTmCache(emulator.url, { name: `tm-cache replica ${i + 1}${redis ? ' (redis)' : ''}`, ...(redis ? { redisUrl: redis.url } : {}) }),
+      );
     }
     return await fn(replicas);
   } finally {
@@ -146,20 +149,51 @@ export async function runCiBurstScenario(emulator: Emulator, options: BurstOptio
   const runs: BurstRun[] = [];
   const redis = await startRedis();
   try {
-    runs.push(await withReplicas(emulator, options.replicas, redis, (r) => burst(`${options.replicas} replicas + shared Redis`, emulator, r, users, questions, options)));
+    runs.push(
+      await withReplicas(emulator, options.replicas, redis, (r) =>
+        burst(`${options.replicas} replicas + shared Redis`, emulator, r, users, questions, options),
+      ),
+    );
   } finally {
     await redis.proc.stop();
   }
-  runs.push(await withReplicas(emulator, options.replicas, undefined, (r) => burst(`${options.replicas} replicas, memory only`, emulator, r, users, questions, options)));
+  runs.push(
+    await withReplicas(emulator, options.replicas, undefined, (r) =>
+      burst(`${options.replicas} replicas, memory only`, emulator, r, users, questions, options),
+    ),
+  );
 
   const target = options.users * questions.length;
   const [shared, alone] = [runs[0]!, runs[1]!];
   printTable(
     `9. CI burst: ${options.agents} agents under ${options.users} users (project ${projectId}) start at once, each asking the same ${questions.length} questions in turn, against ${options.replicas} tm-cache replicas on the server core`,
-    ['setup', 'client requests', '200s', 'upstream total', 'upstream questions', 'upstream GET /user', 'p50 ms', 'p99 ms', 'max ms', 'wall ms', 'Redis errors', 'identities from Redis'],
+    [
+      'setup',
+      'client requests',
+      '200s',
+      'upstream total',
+      'upstream questions',
+      'upstream GET /user',
+      'p50 ms',
+      'p99 ms',
+      'max ms',
+      'wall ms',
+      'Redis errors',
+      'identities from Redis',
+    ],
     runs.map((r) => [
-      r.mode, r.requests, r.ok, r.upstreamTotal, r.upstreamQuestions, r.upstreamIdentity, fmt(r.latency.p50Ms), fmt(r.latency.p99Ms), fmt(r.latency.maxMs), fmt(r.wallMs, 0),
-      r.mode.includes('Redis') ? r.redisErrors : 'n/a', r.mode.includes('Redis') ? r.sharedIdentities : 'n/a',
+      r.mode,
+      r.requests,
+      r.ok,
+      r.upstreamTotal,
+      r.upstreamQuestions,
+      r.upstreamIdentity,
+      fmt(r.latency.p50Ms),
+      fmt(r.latency.p99Ms),
+      fmt(r.latency.maxMs),
+      fmt(r.wallMs, 0),
+      r.mode.includes('Redis') ? r.redisErrors : 'n/a',
+      r.mode.includes('Redis') ? r.sharedIdentities : 'n/a',
     ]),
     [
       `Target: one upstream request per distinct (user, question) = ${options.users} × ${questions.length} = ${target}. Keys are per user (src/cache/key.ts: scope u:<id>),`,
@@ -168,7 +202,7 @@ export async function runCiBurstScenario(emulator: Emulator, options: BurstOptio
       ...runs.filter((r) => r.ok !== r.requests).map((r) => `${r.mode}: answers ${JSON.stringify(r.statuses)}`),
       '"Redis errors": tm_cache_redis_errors_total summed over the replicas (errors, commands past cache.redis.commandTimeoutMs,',
       '  calls skipped while the breaker was open): each such lookup or fill lock counts as a miss, and that replica fills by itself.',
-      'GET /user: with Redis, a token\'s first look-up is coalesced across replicas (one per user; the others wait for the',
+      "GET /user: with Redis, a token's first look-up is coalesced across replicas (one per user; the others wait for the",
       '  identity it shares, at most cache.redis.lockWaitMs); without Redis each replica asks for itself: replicas × users.',
       ...runs.map((r) => `${r.mode}: upstream by route ${JSON.stringify(r.upstreamByRoute)}`),
       ...runs.map((r) => `${r.mode}: Cache-Status ${JSON.stringify(r.cacheStatuses)}`),
@@ -181,11 +215,23 @@ export async function runCiBurstScenario(emulator: Emulator, options: BurstOptio
     target,
     runs,
     checks: [
-      { name: `ci-burst: upstream questions, ${options.replicas} replicas + Redis`, value: shared.upstreamQuestions, target: `= ${target}`, pass: shared.upstreamQuestions === target, unit: '' },
+      {
+        name: `ci-burst: upstream questions, ${options.replicas} replicas + Redis`,
+        value: shared.upstreamQuestions,
+        target: `= ${target}`,
+        pass: shared.upstreamQuestions === target,
+        unit: '',
+      },
       { name: `ci-burst: upstream GET /user, ${options.replicas} replicas + Redis`, value: shared.upstreamIdentity, target: 'info', pass: undefined, unit: '' },
       { name: 'ci-burst: share answered 200 (with Redis)', value: shared.ok / shared.requests, target: '≥ 1', pass: shared.ok === shared.requests },
       { name: 'ci-burst: p99 latency (with Redis)', value: shared.latency.p99Ms, target: 'info', pass: undefined, unit: 'ms' },
-      { name: `ci-burst: upstream questions, ${options.replicas} replicas memory only`, value: alone.upstreamQuestions, target: `≤ ${options.replicas * target} (info)`, pass: undefined, unit: '' },
+      {
+        name: `ci-burst: upstream questions, ${options.replicas} replicas memory only`,
+        value: alone.upstreamQuestions,
+        target: `≤ ${options.replicas * target} (info)`,
+        pass: undefined,
+        unit: '',
+      },
       { name: 'ci-burst: p99 latency (memory only)', value: alone.latency.p99Ms, target: 'info', pass: undefined, unit: 'ms' },
     ],
   };

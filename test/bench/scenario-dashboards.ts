@@ -138,7 +138,8 @@ export async function runDashboardsScenario(dir: string, options: DashboardOptio
       const { shared, own } = dashboardPanels(dashboards[0]!.facts, user.user_id);
       for (const path of [...shared, ...own]) {
         const res = await fetch(emulator.url + path, { headers: { authorization: `Bearer ${user.token}` } });
-        if (res.status !== 200) throw new Error(`panel ${path} → ${res.status} from the emulator for user ${user.user_id}: ${(await res.text()).slice(0, 200)}`);
+        if (res.status !== 200)
+          throw new Error(`panel ${path} → ${res.status} from the emulator for user ${user.user_id}: ${(await res.text()).slice(0, 200)}`);
       }
     }
     const proxy = await startTmCache(emulator.url, { name: 'tm-cache (dashboards)', env: { TM_CACHE_CONFIG: config } });
@@ -154,7 +155,14 @@ export async function runDashboardsScenario(dir: string, options: DashboardOptio
   }
 }
 
-async function drive(emulator: Emulator, pool: Pool, dashboards: Dashboard[], options: DashboardOptions, scaled: DashboardScenario['scaled'], periodMs: number): Promise<DashboardScenario> {
+async function drive(
+  emulator: Emulator,
+  pool: Pool,
+  dashboards: Dashboard[],
+  options: DashboardOptions,
+  scaled: DashboardScenario['scaled'],
+  periodMs: number,
+): Promise<DashboardScenario> {
   const { pollMs } = scaled;
   const warmupMs = periodMs;
   const totalMs = warmupMs + options.periods * periodMs;
@@ -277,15 +285,38 @@ async function drive(emulator: Emulator, pool: Pool, dashboards: Dashboard[], op
       `default freshness; ${Math.round(options.conditionalShare * 100)}% of users send If-None-Match`,
     ['figure', 'value'],
     [
-      ['time compression', `×${options.scale}: poll every ${fmt(pollMs / 1_000, 1)} s, ttl ${fmt(scaled.ttlMs / 1_000, 1)} s + stale-while-revalidate ${fmt(scaled.staleWhileRevalidateMs / 1_000, 1)} s (identity, access clocks scaled too)`],
-      ['measured window', `${fmt(steadyS, 1)} s after a ${fmt(warmupMs / 1_000, 1)} s warm-up (the first freshness period, left out) = ${fmt(steadyS / options.scale / 60, 1)} min of dashboard time`],
+      [
+        'time compression',
+        `×${options.scale}: poll every ${fmt(pollMs / 1_000, 1)} s, ttl ${fmt(scaled.ttlMs / 1_000, 1)} s + stale-while-revalidate ${fmt(scaled.staleWhileRevalidateMs / 1_000, 1)} s (identity, access clocks scaled too)`,
+      ],
+      [
+        'measured window',
+        `${fmt(steadyS, 1)} s after a ${fmt(warmupMs / 1_000, 1)} s warm-up (the first freshness period, left out) = ${fmt(steadyS / options.scale / 60, 1)} min of dashboard time`,
+      ],
       ['client requests', `${clientRequests.toLocaleString('en-US')} (${notModified.toLocaleString('en-US')} answered 304, ${errors} errors)`],
-      ['upstream requests', `${upstreamRequests.toLocaleString('en-US')}: ${Object.entries(byRoute).map(([r, n]) => `${r.replace('GET /api/v1', '')} ${n}`).join(', ')}`],
-      ['offload (1 − upstream ÷ client)', `${fmt(100 * result.offload, 1)}% (target ≥ 99%; ceiling with per-user keys at these settings ≈ ${fmt(100 * result.offloadCeiling, 0)}%)`],
-      ['latency p50 / p99 / max', `${fmt(result.latency.p50Ms)} / ${fmt(result.latency.p99Ms)} / ${fmt(result.latency.maxMs)} ms (client side, load core shared with the emulator)`],
-      ['body bytes sent vs direct', `${fmt(bytesSent / MB, 1)} MB vs ${fmt(bytesDirect / MB, 1)} MB (${fmt(100 * (1 - bytesSent / bytesDirect), 1)}% saved by 304s)`],
+      [
+        'upstream requests',
+        `${upstreamRequests.toLocaleString('en-US')}: ${Object.entries(byRoute)
+          .map(([r, n]) => `${r.replace('GET /api/v1', '')} ${n}`)
+          .join(', ')}`,
+      ],
+      [
+        'offload (1 − upstream ÷ client)',
+        `${fmt(100 * result.offload, 1)}% (target ≥ 99%; ceiling with per-user keys at these settings ≈ ${fmt(100 * result.offloadCeiling, 0)}%)`,
+      ],
+      [
+        'latency p50 / p99 / max',
+        `${fmt(result.latency.p50Ms)} / ${fmt(result.latency.p99Ms)} / ${fmt(result.latency.maxMs)} ms (client side, load core shared with the emulator)`,
+      ],
+      [
+        'body bytes sent vs direct',
+        `${fmt(bytesSent / MB, 1)} MB vs ${fmt(bytesDirect / MB, 1)} MB (${fmt(100 * (1 - bytesSent / bytesDirect), 1)}% saved by 304s)`,
+      ],
       ['per minute of dashboard time', `${fmt(result.clientPerMinute, 0)} client requests, ${fmt(result.upstreamPerMinute, 0)} upstream requests`],
-      ['after an upstream change', `${renames.size} projects renamed; ${staleness.samples}/${watchers} users saw their project's new name; worst ${fmt(staleness.maxS, 1)} s, median ${fmt(staleness.medianS, 1)} s after the change (bound ttl + swr + poll = ${fmt(staleness.boundS, 0)} s; unscaled seconds)`],
+      [
+        'after an upstream change',
+        `${renames.size} projects renamed; ${staleness.samples}/${watchers} users saw their project's new name; worst ${fmt(staleness.maxS, 1)} s, median ${fmt(staleness.medianS, 1)} s after the change (bound ttl + swr + poll = ${fmt(staleness.boundS, 0)} s; unscaled seconds)`,
+      ],
       ['client scheduling lag (max)', `${fmt(maxLagMs, 0)} ms (a poll fired late because the load core was busy)`],
     ],
     [

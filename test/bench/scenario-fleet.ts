@@ -42,16 +42,18 @@ async function coldAgents(em: Emulator, replicas: Server[], agents: number, unti
   const statuses: string[] = [];
   let next = firstPage;
   try {
-    await Promise.all(Array.from({ length: agents }, async (_, agent) => {
-      const token = tokens[agent % tokens.length]!;
-      while (performance.now() < untilMs) {
-        try {
-          statuses.push(String((await timedGet(pools[agent % pools.length]!, coldPath(token, next++), { authorization: `Bearer ${token.token}` })).status));
-        } catch (err) {
-          statuses.push(`error ${(err as { code?: string }).code ?? 'unknown'}`);
+    await Promise.all(
+      Array.from({ length: agents }, async (_, agent) => {
+        const token = tokens[agent % tokens.length]!;
+        while (performance.now() < untilMs) {
+          try {
+            statuses.push(String((await timedGet(pools[agent % pools.length]!, coldPath(token, next++), { authorization: `Bearer ${token.token}` })).status));
+          } catch (err) {
+            statuses.push(`error ${(err as { code?: string }).code ?? 'unknown'}`);
+          }
         }
-      }
-    }));
+      }),
+    );
   } finally {
     await Promise.all(pools.map((p) => p.close()));
   }
@@ -59,7 +61,9 @@ async function coldAgents(em: Emulator, replicas: Server[], agents: number, unti
 }
 
 const serverErrors = (statuses: Record<string, number>): number =>
-  Object.entries(statuses).filter(([s]) => s.startsWith('5') || s.startsWith('error')).reduce((sum, [, n]) => sum + n, 0);
+  Object.entries(statuses)
+    .filter(([s]) => s.startsWith('5') || s.startsWith('error'))
+    .reduce((sum, [, n]) => sum + n, 0);
 
 export async function runFleetBudgetScenario(em: Emulator, o: { agents: number; rps: number; burst: number; seconds: number }): Promise<{ checks: Check[] }> {
   const config = { upstream: { budget: { requestsPerSecond: o.rps, burst: o.burst } } };
@@ -69,13 +73,21 @@ export async function runFleetBudgetScenario(em: Emulator, o: { agents: number; 
     return { statuses, stats: await instanceStats(em) };
   });
   const errors = serverErrors(statuses);
-  printTable(`Fleet budget: ${o.agents} agents asking distinct cold questions for ${o.seconds} s through 3 replicas + Redis, budget ${o.rps} req/s (burst ${o.burst})`,
+  printTable(
+    `Fleet budget: ${o.agents} agents asking distinct cold questions for ${o.seconds} s through 3 replicas + Redis, budget ${o.rps} req/s (burst ${o.burst})`,
     ['client answers', 'upstream total', 'peak per s', 'target peak', '429s from the instance'],
     [[JSON.stringify(statuses), stats.total, stats.peak_per_s, `≤ ${o.rps + o.burst}`, stats.rate_limited]],
-    ['429s to clients are the budget spent (Retry-After, JSON body); 5xx would be a failure.']);
+    ['429s to clients are the budget spent (Retry-After, JSON body); 5xx would be a failure.'],
+  );
   return {
     checks: [
-      { name: 'fleet-budget: instance peak per second', value: stats.peak_per_s, target: `≤ ${o.rps + o.burst}`, pass: stats.peak_per_s <= o.rps + o.burst, unit: 'req/s' },
+      {
+        name: 'fleet-budget: instance peak per second',
+        value: stats.peak_per_s,
+        target: `≤ ${o.rps + o.burst}`,
+        pass: stats.peak_per_s <= o.rps + o.burst,
+        unit: 'req/s',
+      },
       { name: 'fleet-budget: client 5xx or errors', value: errors, target: '= 0', pass: errors === 0, unit: '' },
     ],
   };
@@ -97,13 +109,21 @@ export async function runFleetLearnScenario(em: Emulator, o: { agents: number; l
     });
     const servedRps = (last.total - last.rate_limited - (first.total - first.rate_limited)) / (o.seconds / 2);
     const errors = serverErrors(statuses);
-    printTable(`Unknown limit: the instance allows ${o.limitRps} req/s (burst ${o.limitRps}; 429 Retry-After 5 s; 3 429s in a minute lock the account out for 60 s); no budget configured; ${o.agents} agents for ${o.seconds} s through 3 replicas + Redis`,
+    printTable(
+      `Unknown limit: the instance allows ${o.limitRps} req/s (burst ${o.limitRps}; 429 Retry-After 5 s; 3 429s in a minute lock the account out for 60 s); no budget configured; ${o.agents} agents for ${o.seconds} s through 3 replicas + Redis`,
       ['client answers', 'upstream total', '429s from the instance', 'lockouts', 'served req/s, second half', 'target'],
-      [[JSON.stringify(statuses), last.total, last.rate_limited, last.lockouts, fmt(servedRps), `≥ ${fmt(o.limitRps * 0.8)}`]]);
+      [[JSON.stringify(statuses), last.total, last.rate_limited, last.lockouts, fmt(servedRps), `≥ ${fmt(o.limitRps * 0.8)}`]],
+    );
     return {
       checks: [
         { name: 'fleet-learn: lockouts', value: last.lockouts, target: '= 0', pass: last.lockouts === 0, unit: '' },
-        { name: 'fleet-learn: sustained upstream rate (second half)', value: servedRps, target: `≥ ${fmt(o.limitRps * 0.8)}`, pass: servedRps >= o.limitRps * 0.8, unit: 'req/s' },
+        {
+          name: 'fleet-learn: sustained upstream rate (second half)',
+          value: servedRps,
+          target: `≥ ${fmt(o.limitRps * 0.8)}`,
+          pass: servedRps >= o.limitRps * 0.8,
+          unit: 'req/s',
+        },
         { name: 'fleet-learn: client 5xx or errors', value: errors, target: '= 0', pass: errors === 0, unit: '' },
       ],
     };
@@ -123,7 +143,12 @@ interface PollRun {
 }
 
 /** `dashboards` pollers, each polling `panels` keys of its own every `everyMs`, for `seconds`; the first freshness period is warm-up. */
-async function poll(em: Emulator, mode: string, refreshAhead: { enabled: boolean; startAt: number }, o: { dashboards: number; panels: number; everyMs: number; ttlMs: number; seconds: number }): Promise<PollRun> {
+async function poll(
+  em: Emulator,
+  mode: string,
+  refreshAhead: { enabled: boolean; startAt: number },
+  o: { dashboards: number; panels: number; everyMs: number; ttlMs: number; seconds: number },
+): Promise<PollRun> {
   // The bench's generous budget: this measures refresh-ahead, not the learned budget's cautious start.
   const config = { ...BENCH_BUDGET, cache: { refreshAhead, freshness: { default: { ttlMs: o.ttlMs, staleWhileRevalidateMs: o.ttlMs } } } };
   const server = await startTmCache(em.url, { name: `tm-cache (${mode})`, config });
@@ -137,40 +162,64 @@ async function poll(em: Emulator, mode: string, refreshAhead: { enabled: boolean
     const start = performance.now();
     const warmUntil = start + o.ttlMs;
     const end = start + o.seconds * 1000;
-    await Promise.all(Array.from({ length: o.dashboards }, async (_, d) => {
-      const token = tokens[d % tokens.length]!;
-      for (let round = 0; performance.now() < end; round++) {
-        const due = start + round * o.everyMs + (d * o.everyMs) / o.dashboards;
-        await new Promise((r) => setTimeout(r, Math.max(0, due - performance.now())));
-        for (let p = 0; p < o.panels; p++) {
-          const got = await timedGet(pool, coldPath(token, 300_000 + d * 100 + p), { authorization: `Bearer ${token.token}` });
-          if (performance.now() < warmUntil) continue;
-          times.push(got.ms);
-          if (/; hit/.test(got.cacheStatus)) {
-            fresh++;
-            hitTimes.push(got.ms);
+    await Promise.all(
+      Array.from({ length: o.dashboards }, async (_, d) => {
+        const token = tokens[d % tokens.length]!;
+        for (let round = 0; performance.now() < end; round++) {
+          const due = start + round * o.everyMs + (d * o.everyMs) / o.dashboards;
+          await new Promise((r) => setTimeout(r, Math.max(0, due - performance.now())));
+          for (let p = 0; p < o.panels; p++) {
+            const got = await timedGet(pool, coldPath(token, 300_000 + d * 100 + p), { authorization: `Bearer ${token.token}` });
+            if (performance.now() < warmUntil) continue;
+            times.push(got.ms);
+            if (/; hit/.test(got.cacheStatus)) {
+              fresh++;
+              hitTimes.push(got.ms);
+            }
           }
         }
-      }
-    }));
+      }),
+    );
     const upstream = (await em.stats()).total;
     const all = latencySummary(times);
-    return { mode, polls: times.length, freshShare: fresh / Math.max(1, times.length), upstream, p50Ms: all.p50Ms, p99Ms: all.p99Ms, hitP99Ms: latencySummary(hitTimes).p99Ms };
+    return {
+      mode,
+      polls: times.length,
+      freshShare: fresh / Math.max(1, times.length),
+      upstream,
+      p50Ms: all.p50Ms,
+      p99Ms: all.p99Ms,
+      hitP99Ms: latencySummary(hitTimes).p99Ms,
+    };
   } finally {
     await pool.close();
     await server.proc.stop();
   }
 }
 
-export async function runFleetRefreshAheadScenario(em: Emulator, o: { dashboards: number; panels: number; everyMs: number; ttlMs: number; seconds: number }): Promise<{ checks: Check[] }> {
+export async function runFleetRefreshAheadScenario(
+  em: Emulator,
+  o: { dashboards: number; panels: number; everyMs: number; ttlMs: number; seconds: number },
+): Promise<{ checks: Check[] }> {
   const off = await poll(em, 'refresh-ahead off', { enabled: false, startAt: 0.75 }, o);
   const on = await poll(em, 'refresh-ahead at 0.75 (default)', { enabled: true, startAt: 0.75 }, o);
   const late = await poll(em, 'refresh-ahead at 0.92', { enabled: true, startAt: 0.92 }, o);
   const runs = [off, on, late];
-  printTable(`Polling dashboards: ${o.dashboards} dashboards × ${o.panels} panels polled every ${o.everyMs} ms for ${o.seconds} s, fresh ${o.ttlMs} ms then stale-while-revalidate; one replica`,
+  printTable(
+    `Polling dashboards: ${o.dashboards} dashboards × ${o.panels} panels polled every ${o.everyMs} ms for ${o.seconds} s, fresh ${o.ttlMs} ms then stale-while-revalidate; one replica`,
     ['mode', 'polls after warm-up', 'share fresh', 'upstream requests', 'vs off', 'p50 ms', 'p99 ms', "a hit's p99 ms"],
-    runs.map((r) => [r.mode, r.polls, fmt(r.freshShare, 4), r.upstream, fmt(r.upstream / Math.max(1, off.upstream)), fmt(r.p50Ms), fmt(r.p99Ms), fmt(r.hitP99Ms)]),
-    ['Refreshing at a share s of freshness costs about 1/s the refreshes of waiting until stale: 0.75 → ≈ 1.33×, 0.92 → ≈ 1.09×.']);
+    runs.map((r) => [
+      r.mode,
+      r.polls,
+      fmt(r.freshShare, 4),
+      r.upstream,
+      fmt(r.upstream / Math.max(1, off.upstream)),
+      fmt(r.p50Ms),
+      fmt(r.p99Ms),
+      fmt(r.hitP99Ms),
+    ]),
+    ['Refreshing at a share s of freshness costs about 1/s the refreshes of waiting until stale: 0.75 → ≈ 1.33×, 0.92 → ≈ 1.09×.'],
+  );
   const within = (r: PollRun) => r.upstream <= off.upstream * 1.1;
   return {
     checks: [

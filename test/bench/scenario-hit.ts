@@ -82,14 +82,40 @@ function report(rows: HitRow[], page: Page, load: LoadOptions, upstreamDuringRun
   };
   printTable(
     `1. Cache hit: ${page.path} (${page.body.length} B), ${load.connections} connections, ${load.durationS} s each in ${load.rounds} rotating rounds, server on core ${SERVER_CPU}`,
-    ['server', 'req/s', 'rounds req/s', 'p50 ms', 'p99 ms', 'server CPU %', 'wrk core %', 'CPU µs/req', '1-core req/s', 'errors', 'upstream/2', 'same bytes', 'tm ÷ this req/s', 'tm ÷ this 1-core'],
+    [
+      'server',
+      'req/s',
+      'rounds req/s',
+      'p50 ms',
+      'p99 ms',
+      'server CPU %',
+      'wrk core %',
+      'CPU µs/req',
+      '1-core req/s',
+      'errors',
+      'upstream/2',
+      'same bytes',
+      'tm ÷ this req/s',
+      'tm ÷ this 1-core',
+    ],
     rows.map((r) =>
       r.skipped
         ? [r.name, 'skipped']
         : [
-            r.name, fmt(r.rps, 0), (r.roundRps ?? []).map((x) => (x / 1000).toFixed(1) + 'k').join(' '), fmt(r.p50Ms), fmt(r.p99Ms),
-            fmt(r.cpuPct, 0), fmt(r.loadCorePct, 0), fmt(r.cpuUsPerReq, 1), fmt(r.capacityRps, 0),
-            r.errors, r.name === 'bare fastify' ? 'n/a' : r.upstreamForTwo, r.sameBytes ? 'yes' : 'NO', fmt(ratio(r.name)), fmt(ratio(r.name, 'capacityRps')),
+            r.name,
+            fmt(r.rps, 0),
+            (r.roundRps ?? []).map((x) => (x / 1000).toFixed(1) + 'k').join(' '),
+            fmt(r.p50Ms),
+            fmt(r.p99Ms),
+            fmt(r.cpuPct, 0),
+            fmt(r.loadCorePct, 0),
+            fmt(r.cpuUsPerReq, 1),
+            fmt(r.capacityRps, 0),
+            r.errors,
+            r.name === 'bare fastify' ? 'n/a' : r.upstreamForTwo,
+            r.sameBytes ? 'yes' : 'NO',
+            fmt(ratio(r.name)),
+            fmt(ratio(r.name, 'capacityRps')),
           ],
     ),
     [
@@ -97,14 +123,15 @@ function report(rows: HitRow[], page: Page, load: LoadOptions, upstreamDuringRun
       `During the measurement (${fmt(elapsedS, 0)} s, ${requestsDuringRun.toLocaleString('en-US')} requests) ${upstreamDuringRun} page requests reached the emulator, all caches together (30 s TTLs).`,
       '"server CPU %": the server process group, % of one core. Well under 100 while "wrk core %" is ~100: wrk (one core,',
       '  reading ~87 KB per answer) was the limit, so req/s ratios are compressed toward 1; "1-core req/s" = 1e6 ÷ CPU µs/req',
-      '  is what the pinned core could serve at the measured cost, and its ratio compares the servers\' own work.',
+      "  is what the pinned core could serve at the measured cost, and its ratio compares the servers' own work.",
       ...rows.filter((r) => r.skipped).map((r) => `${r.name}: ${r.skipped}`),
       ...noiseNote(noisyRows(rows)),
     ],
   );
   const notCaching = rows.filter((r) => r.name !== 'bare fastify' && !r.skipped && r.upstreamForTwo !== 1);
   for (const r of notCaching) console.log(`   WARNING: ${r.name} sent ${r.upstreamForTwo} page requests upstream for 2 requests: it is not really caching`);
-  if (upstreamDuringRun > requestsDuringRun / 1_000) console.log(`   WARNING: ${upstreamDuringRun} page requests reached the emulator during the run: something is not caching`);
+  if (upstreamDuringRun > requestsDuringRun / 1_000)
+    console.log(`   WARNING: ${upstreamDuringRun} page requests reached the emulator during the run: something is not caching`);
   return {
     rows,
     upstreamDuringRun,

@@ -79,7 +79,8 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
       const got = await one(q);
       const [d, p] = [got[0]!, got[1]!];
       for (const [i, t] of got.entries()) {
-        if (t.status !== 200 || t.bytes !== d.bytes) throw new Error(`question ${q}: direct ${d.status}/${d.bytes} B, via ${targets[i]!.name} ${t.status}/${t.bytes} B`);
+        if (t.status !== 200 || t.bytes !== d.bytes)
+          throw new Error(`question ${q}: direct ${d.status}/${d.bytes} B, via ${targets[i]!.name} ${t.status}/${t.bytes} B`);
         times[i]!.push(t.ms);
       }
       if (p.cacheStatus.includes('fwd=')) misses++;
@@ -91,9 +92,10 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
     const viaNginx = nginx ? summary(times[2]!) : undefined;
     const nginxCpuUsPerMiss = nginx ? perMissUs(1) : undefined;
     const proxyCpuUsPerMiss = perMissUs(0);
-    const vsNginx = viaNginx && nginxCpuUsPerMiss
-      ? { median: proxied.median / viaNginx.median, p90: proxied.p90 / viaNginx.p90, cpu: proxyCpuUsPerMiss / nginxCpuUsPerMiss }
-      : undefined;
+    const vsNginx =
+      viaNginx && nginxCpuUsPerMiss
+        ? { median: proxied.median / viaNginx.median, p90: proxied.p90 / viaNginx.p90, cpu: proxyCpuUsPerMiss / nginxCpuUsPerMiss }
+        : undefined;
     const result = {
       proxyCpuUsPerMiss,
       ...(nginxCpuUsPerMiss === undefined ? {} : { nginxCpuUsPerMiss }),
@@ -106,7 +108,14 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
       pairs,
       proxiedMisses: misses,
     };
-    const row = (name: string, l: Latency, cpuUs?: number) => [name, fmt(l.median, 3), fmt(l.p90, 3), fmt(l.mean, 3), fmt(l.median - direct.median, 3), cpuUs === undefined ? '' : fmt(cpuUs, 0)];
+    const row = (name: string, l: Latency, cpuUs?: number) => [
+      name,
+      fmt(l.median, 3),
+      fmt(l.p90, 3),
+      fmt(l.mean, 3),
+      fmt(l.median - direct.median, 3),
+      cpuUs === undefined ? '' : fmt(cpuUs, 0),
+    ];
     printTable(
       `2. Miss: ${pairs} distinct cold questions (${page.body.length} B each), one at a time, each asked of ${targets.map((t) => t.name).join(', ')} in rotating order`,
       ['path', 'median ms', 'p90 ms', 'mean ms', 'median − direct', 'CPU µs/miss'],
@@ -120,8 +129,8 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
         vsNginx
           ? `tm-cache ÷ nginx proxy_pass: median latency ${fmt(vsNginx.median)}× (target ≤ 1.15), p90 ${fmt(vsNginx.p90)}×, CPU per miss ${fmt(vsNginx.cpu)}× (target ≤ 2).`
           : 'nginx not found: no proxy_pass baseline (install: apt-get install nginx-light).',
-        'CPU per miss: every thread of the server\'s process group (schedstat, ns), over the measured questions only.',
-        'Where tm-cache\'s miss CPU goes: npm run bench -- profile:miss (top self-time frames, GC share).',
+        "CPU per miss: every thread of the server's process group (schedstat, ns), over the measured questions only.",
+        "Where tm-cache's miss CPU goes: npm run bench -- profile:miss (top self-time frames, GC share).",
       ],
     );
     return {
@@ -157,7 +166,13 @@ export async function runCoalesceScenario(emulator: Emulator, proxy: Server, pag
     const t0 = performance.now();
     const all = await Promise.allSettled(
       Array.from({ length: concurrent }, async () => {
-        const res = await pool.request({ method: 'GET', path, headers: { authorization: `Bearer ${page.token}` }, headersTimeout: 30_000, bodyTimeout: 30_000 });
+        const res = await pool.request({
+          method: 'GET',
+          path,
+          headers: { authorization: `Bearer ${page.token}` },
+          headersTimeout: 30_000,
+          bodyTimeout: 30_000,
+        });
         const body = Buffer.from(await res.body.arrayBuffer());
         return { status: res.statusCode, bytes: body.length, cacheStatus: header({ status: 0, body, headers: res.headers }, 'cache-status') };
       }),

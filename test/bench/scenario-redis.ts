@@ -78,7 +78,11 @@ export async function runRedisScenario(emulator: Emulator, page: Page, load: Loa
     sizes.push(...(await storedSizes(redis, 'tmcb:', false, page.body.length)));
     sizes.push(...(await storedSizes(redis, 'tmce:', true, page.body.length)));
     await emulator.resetStats();
-    figures = await compareHits(servers.map(([s]) => s), page, load);
+    figures = await compareHits(
+      servers.map(([s]) => s),
+      page,
+      load,
+    );
     // Clients that accept gzip: the memory tier sends its gzip variant, the Redis tier the stored bytes.
     gzipFigures = await compareHits([servers[1]![0], servers[2]![0]], page, { ...load, headers: { 'accept-encoding': 'gzip' } });
     upstreamDuringRun = (await emulator.stats()).by_route[RUNS_ROUTE] ?? 0;
@@ -103,8 +107,16 @@ export async function runRedisScenario(emulator: Emulator, page: Page, load: Loa
     `4. Redis tier: ${page.path}, ${load.connections} connections, server on core 1, private redis-server on core ${LOAD_CPU}`,
     ['server', 'Cache-Status of a hit', 'req/s', 'rounds req/s', 'p50 ms', 'p99 ms', 'server CPU %', 'CPU µs/req', '1-core req/s', 'errors'],
     rows.map((r) => [
-      r.name, r.detail, fmt(r.rps, 0), r.roundRps.map((x) => (x / 1000).toFixed(1) + 'k').join(' '), fmt(r.p50Ms), fmt(r.p99Ms),
-      fmt(r.cpuPct, 0), fmt(r.cpuUsPerReq, 1), fmt(r.capacityRps, 0), r.errors,
+      r.name,
+      r.detail,
+      fmt(r.rps, 0),
+      r.roundRps.map((x) => (x / 1000).toFixed(1) + 'k').join(' '),
+      fmt(r.p50Ms),
+      fmt(r.p99Ms),
+      fmt(r.cpuPct, 0),
+      fmt(r.cpuUsPerReq, 1),
+      fmt(r.capacityRps, 0),
+      r.errors,
     ]),
     [
       '"tm-cache redis-hit": tm-cache serve (dist/) with cache.memory.maxEntryBytes: 1, a memory tier that stores nothing,',
@@ -116,13 +128,30 @@ export async function runRedisScenario(emulator: Emulator, page: Page, load: Loa
   printTable(
     '4b. Bytes stored in Redis per entry (the 100-run page)',
     ['stored by', 'encrypted', 'raw body B', 'STRLEN B', 'MEMORY USAGE B', 'raw ÷ stored'],
-    sizes.map((s) => [s.prefix === 'tmc:' ? 'tm-cache serve' : 'redis-hit server', s.encrypted ? 'yes' : 'no', page.body.length, s.strlen, s.memoryUsage, fmt(s.ratio)]),
+    sizes.map((s) => [
+      s.prefix === 'tmc:' ? 'tm-cache serve' : 'redis-hit server',
+      s.encrypted ? 'yes' : 'no',
+      page.body.length,
+      s.strlen,
+      s.memoryUsage,
+      fmt(s.ratio),
+    ]),
   );
   const gzipRows = gzipFigures.map((f) => ({ ...f, name: `${f.name} (gzip client)` }));
   printTable(
     '4c. The same hits for clients that send Accept-Encoding: gzip (browsers, curl --compressed, python-requests, undici)',
     ['server', 'req/s', 'rounds req/s', 'p50 ms', 'p99 ms', 'server CPU %', 'CPU µs/req', '1-core req/s', 'errors'],
-    gzipRows.map((r) => [r.name, fmt(r.rps, 0), r.roundRps.map((x) => (x / 1000).toFixed(1) + 'k').join(' '), fmt(r.p50Ms), fmt(r.p99Ms), fmt(r.cpuPct, 0), fmt(r.cpuUsPerReq, 1), fmt(r.capacityRps, 0), r.errors]),
+    gzipRows.map((r) => [
+      r.name,
+      fmt(r.rps, 0),
+      r.roundRps.map((x) => (x / 1000).toFixed(1) + 'k').join(' '),
+      fmt(r.p50Ms),
+      fmt(r.p99Ms),
+      fmt(r.cpuPct, 0),
+      fmt(r.cpuUsPerReq, 1),
+      fmt(r.capacityRps, 0),
+      r.errors,
+    ]),
     ['Both send the stored gzip bytes (Content-Encoding: gzip); neither decodes nor encodes on the hit.', ...noiseNote(noisyRows(gzipRows))],
   );
   const gzipMemory = gzipRows[0];

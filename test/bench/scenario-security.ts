@@ -45,7 +45,13 @@ async function drive(url: string, count: number, request: (i: number) => { path:
       const { path, authorization } = request(next++);
       let label: string;
       try {
-        const res = await pool.request({ method: 'GET', path, headers: authorization === undefined ? {} : { authorization }, headersTimeout: 60_000, bodyTimeout: 60_000 });
+        const res = await pool.request({
+          method: 'GET',
+          path,
+          headers: authorization === undefined ? {} : { authorization },
+          headersTimeout: 60_000,
+          bodyTimeout: 60_000,
+        });
         await res.body.dump();
         label = String(res.statusCode);
       } catch (err) {
@@ -149,7 +155,11 @@ async function floodAndVictim(proxy: Server, emulator: Emulator, out: { fairness
   let next = 0;
   try {
     // Both identities known first, so each question is one cold fill.
-    for (const [who, path] of [[flooder, floodPath(-1)], [victim, victimPath(-1)]] as const) await statusOf(victimPool, path, who.token);
+    for (const [who, path] of [
+      [flooder, floodPath(-1)],
+      [victim, victimPath(-1)],
+    ] as const)
+      await statusOf(victimPool, path, who.token);
     await emulator.faults({ latency_ms: SLOW_MS });
     const worker = async (): Promise<void> => {
       while (!stopped) {
@@ -183,7 +193,11 @@ async function floodAndVictim(proxy: Server, emulator: Emulator, out: { fairness
   }
 }
 
-export async function runSecurityScenario(emulator: Emulator, member: { token: string; path: string }, counts = { flood: 9_900, spellings: 10_000 }): Promise<SecurityScenario> {
+export async function runSecurityScenario(
+  emulator: Emulator,
+  member: { token: string; path: string },
+  counts = { flood: 9_900, spellings: 10_000 },
+): Promise<SecurityScenario> {
   const long = 'a'.repeat(14 * 1024);
   const flood = await measure('a: unrecognized tokens, distinct 14 KB URLs', emulator.url, counts.flood, (proxy) =>
     drive(proxy.url, counts.flood, (i) => ({ path: `/api/v1/projects/1/runs?x${i}=${long}`, authorization: `Bearer ${randomBytes(20).toString('hex')}` })),
@@ -206,13 +220,24 @@ export async function runSecurityScenario(emulator: Emulator, member: { token: s
     await hostile.close();
   }
   const victim: { fairness?: FairnessFigure } = {};
-  const fair = await measure(`d: one member's ${fmt(FLOOD_CONCURRENT, 0)} open cold questions, 400 ms`, emulator.url, FLOOD_CONCURRENT, (proxy) => floodAndVictim(proxy, emulator, victim));
+  const fair = await measure(`d: one member's ${fmt(FLOOD_CONCURRENT, 0)} open cold questions, 400 ms`, emulator.url, FLOOD_CONCURRENT, (proxy) =>
+    floodAndVictim(proxy, emulator, victim),
+  );
   const fairness = victim.fairness!;
   const figures = [flood, { ...spelled, userLookups }, huge, fair];
   printTable(
     '6. Memory under hostile traffic: RSS of a fresh tm-cache process per line (MB)',
     ['load', 'requests', 'RSS before', 'RSS after', 'growth', 'peak growth', 'GET /user', 'answers'],
-    figures.map((f) => [f.what, f.requests, fmt(f.rssBeforeMb, 0), fmt(f.rssAfterMb, 0), fmt(f.growthMb, 1), fmt(f.peakGrowthMb, 1), f.userLookups ?? '—', JSON.stringify(f.statuses)]),
+    figures.map((f) => [
+      f.what,
+      f.requests,
+      fmt(f.rssBeforeMb, 0),
+      fmt(f.rssAfterMb, 0),
+      fmt(f.growthMb, 1),
+      fmt(f.peakGrowthMb, 1),
+      f.userLookups ?? '—',
+      JSON.stringify(f.statuses),
+    ]),
     [
       'peak growth: VmHWM after the load minus VmRSS before it. (c) is bounded by 3 × upstream.maxBodyBytes (32 MiB) read before each cut-off.',
       `(d) requests: the flood's concurrency; answers: the flood's. The victim's ${VICTIM_MISSES} cold misses during the flood: ${JSON.stringify(fairness.victimStatuses)}, the slowest in ${fmt(fairness.victimSlowestMs, 0)} ms.`,
@@ -227,7 +252,13 @@ export async function runSecurityScenario(emulator: Emulator, member: { token: s
       { name: 'security: RSS growth, one token 10,000 ways (b)', value: spelled.growthMb, unit: 'MB', target: 'info', pass: undefined },
       { name: 'security: peak RSS growth, 3 × 200 MB answers (c)', value: huge.peakGrowthMb, unit: 'MB', target: 'info', pass: undefined },
       { name: 'security: 502 answers to 3 × 200 MB (c)', value: huge.statuses['502'] ?? 0, unit: '', target: '= 3', pass: huge.statuses['502'] === 3 },
-      { name: "security: victim's misses served during the flood (d)", value: fairness.victimServed, unit: `of ${VICTIM_MISSES}`, target: `= ${VICTIM_MISSES}`, pass: fairness.victimServed === VICTIM_MISSES },
+      {
+        name: "security: victim's misses served during the flood (d)",
+        value: fairness.victimServed,
+        unit: `of ${VICTIM_MISSES}`,
+        target: `= ${VICTIM_MISSES}`,
+        pass: fairness.victimServed === VICTIM_MISSES,
+      },
     ],
   };
 }

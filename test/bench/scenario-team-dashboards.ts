@@ -80,12 +80,18 @@ export async function runTeamDashboardsScenario(dir: string, options: TeamOption
     `8. Team dashboards: one team polling the same 12 panels of its project every ${POLL_MS / 1_000} s with its members' own tokens; default settings, time ×${s}`,
     ['members', 'sharing', 'upstream / ttl period', 'floor', 'offload', 'change shown (worst, s)', 'upstream by route'],
     runs.map((r) => [
-      String(r.members), r.mode, fmt(r.perPeriod, 1), fmt(r.floorPerPeriod, 1), `${fmt(100 * r.offload, 1)}%`,
+      String(r.members),
+      r.mode,
+      fmt(r.perPeriod, 1),
+      fmt(r.floorPerPeriod, 1),
+      `${fmt(100 * r.offload, 1)}%`,
       `${fmt(r.changeShownMaxS, 1)} (${r.changeShownSamples}/${r.members})`,
-      Object.entries(r.upstreamByRoute).map(([route, n]) => `${route.replace('GET /api/v1', '')} ${n}`).join(', '),
+      Object.entries(r.upstreamByRoute)
+        .map(([route, n]) => `${route.replace('GET /api/v1', '')} ${n}`)
+        .join(', '),
     ]),
     [
-      'Floor per freshness period (30 s): user mode 12 questions × members; project mode 12 questions + each member\'s proofs',
+      "Floor per freshness period (30 s): user mode 12 questions × members; project mode 12 questions + each member's proofs",
       '  (a confirmation per 30 s, 6 area grants per 5 min, an identity per 60 s), as if no fill renewed them. Unscaled seconds.',
     ],
     true,
@@ -95,7 +101,12 @@ export async function runTeamDashboardsScenario(dir: string, options: TeamOption
     const user = runs.find((r) => r.members === size && r.mode === 'user')!;
     const project = runs.find((r) => r.members === size && r.mode === 'project')!;
     const target = size === 10;
-    checks.push({ name: `team of ${size}: offload, sharing by project`, value: project.offload, target: target ? '≥ 0.97' : 'info', pass: target ? project.offload >= 0.97 : undefined });
+    checks.push({
+      name: `team of ${size}: offload, sharing by project`,
+      value: project.offload,
+      target: target ? '≥ 0.97' : 'info',
+      pass: target ? project.offload >= 0.97 : undefined,
+    });
     checks.push({ name: `team of ${size}: offload, per user`, value: user.offload, target: 'info', pass: undefined });
     checks.push({
       name: `team of ${size}: worst delay until a change shows, project vs user mode (s)`,
@@ -120,7 +131,14 @@ async function makeTeam(emulator: Emulator, size: number): Promise<{ facts: Proj
   throw new Error(`no open project with ${size} members among the first 60 users`);
 }
 
-async function runTeam(dir: string, emulator: Emulator, facts: ProjectFacts, members: TokenInfo[], mode: 'user' | 'project', options: TeamOptions): Promise<TeamRun> {
+async function runTeam(
+  dir: string,
+  emulator: Emulator,
+  facts: ProjectFacts,
+  members: TokenInfo[],
+  mode: 'user' | 'project',
+  options: TeamOptions,
+): Promise<TeamRun> {
   const s = options.scale;
   const ttlMs = DEFAULTS.ttlMs * s;
   const pollMs = POLL_MS * s;
@@ -153,17 +171,20 @@ async function runTeam(dir: string, emulator: Emulator, facts: ProjectFacts, mem
         if (due >= totalMs) return;
         const wait = due - now();
         if (wait > 0) await sleep(wait);
-        await Promise.all(panels.map(async (path, i) => {
-          const atMs = now();
-          try {
-            const got = await timedGet(pool, path, auth);
-            if (atMs >= warmupMs) client++;
-            if (got.status !== 200) errors++;
-            if (i === 0 && renamedAt !== undefined && !shownAfter.has(m.user_id) && got.status === 200 && got.body.includes(name)) shownAfter.set(m.user_id, now() - renamedAt);
-          } catch {
-            errors++;
-          }
-        }));
+        await Promise.all(
+          panels.map(async (path, i) => {
+            const atMs = now();
+            try {
+              const got = await timedGet(pool, path, auth);
+              if (atMs >= warmupMs) client++;
+              if (got.status !== 200) errors++;
+              if (i === 0 && renamedAt !== undefined && !shownAfter.has(m.user_id) && got.status === 200 && got.body.includes(name))
+                shownAfter.set(m.user_id, now() - renamedAt);
+            } catch {
+              errors++;
+            }
+          }),
+        );
       }
     };
     const control = (async () => {

@@ -90,7 +90,14 @@ const SUITE: Scenario[] = [
     run: async (ctx) => {
       const [em, page] = await withEmulator(ctx);
       const proxy = await startTmCache(em.url, { name: 'tm-cache (miss)' });
-      const nginx = await startNginx(ctx.dir, await freePort(), { host: '127.0.0.1', port: Number(new URL(em.url).port) }, SERVER_CPU, makeNginxPassConf, 'nginx proxy_pass');
+      const nginx = await startNginx(
+        ctx.dir,
+        await freePort(),
+        { host: '127.0.0.1', port: Number(new URL(em.url).port) },
+        SERVER_CPU,
+        makeNginxPassConf,
+        'nginx proxy_pass',
+      );
       if (typeof nginx === 'string') console.log(`   nginx proxy_pass baseline skipped: ${nginx}`);
       const miss = await runMissScenario(em, proxy, page, ctx.options.number('miss-pairs', 300, 60), typeof nginx === 'string' ? undefined : nginx);
       const coalesce = await runCoalesceScenario(em, proxy, page, ctx.options.number('coalesce', 1_000, 200));
@@ -106,7 +113,11 @@ const SUITE: Scenario[] = [
     run: async (ctx) => {
       const [em, page] = await withEmulator(ctx);
       const load = suiteLoad(ctx.options);
-      return runRedisScenario(em, page, { ...load, durationS: ctx.options.number('redis-duration', Math.min(load.durationS, 9)), rounds: Math.min(load.rounds, 3) });
+      return runRedisScenario(em, page, {
+        ...load,
+        durationS: ctx.options.number('redis-duration', Math.min(load.durationS, 9)),
+        rounds: Math.min(load.rounds, 3),
+      });
     },
   },
   {
@@ -127,16 +138,27 @@ const SUITE: Scenario[] = [
     needs: [],
     build: true,
     run: (ctx) =>
-      runDashboardsScenario(ctx.dir, { dashboards: 50, usersPerDashboard: 4, scale: ctx.options.number('dash-scale', 0.2), periods: ctx.options.number('dash-periods', 3, 1), conditionalShare: 0.5 }),
+      runDashboardsScenario(ctx.dir, {
+        dashboards: 50,
+        usersPerDashboard: 4,
+        scale: ctx.options.number('dash-scale', 0.2),
+        periods: ctx.options.number('dash-periods', 3, 1),
+        conditionalShare: 0.5,
+      }),
   },
   {
     name: 'team-dashboards',
-    about: 'one team of 2, 5, 10 members polling the same 12 panels with their own tokens, cache.sharing user vs project, time compressed (--team-scale): upstream per freshness period against the floor, offload, delay until a change shows',
+    about:
+      'one team of 2, 5, 10 members polling the same 12 panels with their own tokens, cache.sharing user vs project, time compressed (--team-scale): upstream per freshness period against the floor, offload, delay until a change shows',
     suite: false,
     needs: [],
     build: true,
     run: (ctx) =>
-      runTeamDashboardsScenario(ctx.dir, { teams: [2, 5, 10], scale: ctx.options.number('team-scale', 0.2), periods: ctx.options.number('team-periods', 3, 1) }),
+      runTeamDashboardsScenario(ctx.dir, {
+        teams: [2, 5, 10],
+        scale: ctx.options.number('team-scale', 0.2),
+        periods: ctx.options.number('team-periods', 3, 1),
+      }),
   },
   {
     name: 'capacity',
@@ -145,7 +167,11 @@ const SUITE: Scenario[] = [
     needs: ['wrk'],
     build: true,
     run: async (ctx) =>
-      runCapacityScenario(ctx.dir, await ctx.emulator(), { durationS: ctx.options.number('capacity-s', 12, 4), rounds: 2, staleCount: ctx.options.number('capacity-stale', 3_000, 500) }),
+      runCapacityScenario(ctx.dir, await ctx.emulator(), {
+        durationS: ctx.options.number('capacity-s', 12, 4),
+        rounds: 2,
+        staleCount: ctx.options.number('capacity-stale', 3_000, 500),
+      }),
   },
   {
     name: 'ci-burst',
@@ -153,31 +179,52 @@ const SUITE: Scenario[] = [
     suite: true,
     needs: ['redis-server'],
     build: true,
-    run: async (ctx) => runCiBurstScenario(await ctx.emulator(), { agents: ctx.options.number('ci-agents', 200, 40), users: ctx.options.number('ci-users', 20, 4), replicas: 3 }),
+    run: async (ctx) =>
+      runCiBurstScenario(await ctx.emulator(), { agents: ctx.options.number('ci-agents', 200, 40), users: ctx.options.number('ci-users', 20, 4), replicas: 3 }),
   },
   {
     name: 'fleet-budget',
-    about: 'a CI fleet against a known budget: 200 agents asking distinct cold questions on 40 req/s (burst 40), 3 replicas + Redis: the instance\'s peak per second, no client 5xx',
+    about:
+      "a CI fleet against a known budget: 200 agents asking distinct cold questions on 40 req/s (burst 40), 3 replicas + Redis: the instance's peak per second, no client 5xx",
     suite: false,
     needs: ['redis-server'],
     build: true,
-    run: async (ctx) => runFleetBudgetScenario(await ctx.emulator(), { agents: ctx.options.number('fleet-agents', 200, 50), rps: 40, burst: 40, seconds: ctx.options.number('fleet-s', 20, 8) }),
+    run: async (ctx) =>
+      runFleetBudgetScenario(await ctx.emulator(), {
+        agents: ctx.options.number('fleet-agents', 200, 50),
+        rps: 40,
+        burst: 40,
+        seconds: ctx.options.number('fleet-s', 20, 8),
+      }),
   },
   {
     name: 'fleet-learn',
-    about: 'an unknown limit: the instance at 20 req/s escalating after 3 429s, no budget configured, 3 replicas + Redis: no lockout, sustained rate ≥ 80 % of the limit',
+    about:
+      'an unknown limit: the instance at 20 req/s escalating after 3 429s, no budget configured, 3 replicas + Redis: no lockout, sustained rate ≥ 80 % of the limit',
     suite: false,
     needs: ['redis-server'],
     build: true,
-    run: async (ctx) => runFleetLearnScenario(await ctx.emulator(), { agents: ctx.options.number('fleet-agents', 60, 30), limitRps: 20, seconds: ctx.options.number('fleet-learn-s', 60, 30) }),
+    run: async (ctx) =>
+      runFleetLearnScenario(await ctx.emulator(), {
+        agents: ctx.options.number('fleet-agents', 60, 30),
+        limitRps: 20,
+        seconds: ctx.options.number('fleet-learn-s', 60, 30),
+      }),
   },
   {
     name: 'fleet-refresh-ahead',
-    about: 'polling dashboards with and without refresh-ahead: share of polls fresh, upstream requests, p99 against a hit\'s',
+    about: "polling dashboards with and without refresh-ahead: share of polls fresh, upstream requests, p99 against a hit's",
     suite: false,
     needs: [],
     build: true,
-    run: async (ctx) => runFleetRefreshAheadScenario(await ctx.emulator(), { dashboards: 20, panels: 6, everyMs: 1_000, ttlMs: 4_000, seconds: ctx.options.number('fleet-poll-s', 30, 16) }),
+    run: async (ctx) =>
+      runFleetRefreshAheadScenario(await ctx.emulator(), {
+        dashboards: 20,
+        panels: 6,
+        everyMs: 1_000,
+        ttlMs: 4_000,
+        seconds: ctx.options.number('fleet-poll-s', 30, 16),
+      }),
   },
   {
     name: 'security',
@@ -261,19 +308,22 @@ const EXTRA: Scenario[] = [
     build: false,
     run: (ctx) => runAbDecode({ base: requireBase(ctx.options.string('base'), DECODE_SOURCE), rounds: ctx.options.number('rounds', 30, 8) }),
   },
-  ...PROFILE_MODES.map(
-    (mode): Scenario => ({
-      name: `profile:${mode}`,
-      about: `CPU profile of ${{ hit: 'memory hits', redis: 'Redis-tier hits', miss: 'distinct cold misses', bare: 'the bare fastify baseline' }[mode]}: top frames, by origin, GC share (--accept-encoding, --profile-out)`,
-      suite: false,
-      needs: mode === 'miss' ? [] : mode === 'redis' ? ['wrk', 'redis-server'] : ['wrk'],
-      build: true,
-      run: async (ctx) => {
-        const o = ctx.options;
-        return runProfile(mode, await ctx.emulator(), ctx.dir, { durationS: o.number('duration', 10, 3), top: o.number('top', 25), acceptEncoding: o.string('accept-encoding'), out: o.string('profile-out') });
-      },
-    }),
-  ),
+  ...PROFILE_MODES.map((mode): Scenario => ({
+    name: `profile:${mode}`,
+    about: `CPU profile of ${{ hit: 'memory hits', redis: 'Redis-tier hits', miss: 'distinct cold misses', bare: 'the bare fastify baseline' }[mode]}: top frames, by origin, GC share (--accept-encoding, --profile-out)`,
+    suite: false,
+    needs: mode === 'miss' ? [] : mode === 'redis' ? ['wrk', 'redis-server'] : ['wrk'],
+    build: true,
+    run: async (ctx) => {
+      const o = ctx.options;
+      return runProfile(mode, await ctx.emulator(), ctx.dir, {
+        durationS: o.number('duration', 10, 3),
+        top: o.number('top', 25),
+        acceptEncoding: o.string('accept-encoding'),
+        out: o.string('profile-out'),
+      });
+    },
+  })),
   {
     name: 'revocation',
     about: "the README's revocation figures on the real clock: two replicas over a private redis-server (about 65 s, no short mode)",

@@ -43,7 +43,9 @@ export interface Emulator extends Server {
 /** The emulator (seed 42) on the load core; `medium` unless a scenario needs more users (`large`: 600). */
 export async function startEmulator(scale: 'small' | 'medium' | 'large' = 'medium'): Promise<Emulator> {
   const port = await freePort();
-  const proc = startProcess(`emulator (${scale})`, process.execPath, [CLI, 'emulator', '--port', String(port), '--scale', scale, '--seed', '42'], { cpu: LOAD_CPU });
+  const proc = startProcess(`emulator (${scale})`, process.execPath, [CLI, 'emulator', '--port', String(port), '--scale', scale, '--seed', '42'], {
+    cpu: LOAD_CPU,
+  });
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/__emulator/tokens`, proc, { timeoutMs: 90_000 });
   const control = async (method: string, path: string, body?: unknown): Promise<any> => {
@@ -115,7 +117,19 @@ export function setLogLevel(level: string): void {
  */
 export async function startTmCache(upstream: string, options: TmCacheOptions = {}): Promise<Server> {
   const [port, management] = [await freePort(), await freePort()];
-  const args = [...(options.nodeArgs ?? []), options.cli ?? CLI, 'serve', '--upstream', upstream, '--port', String(port), '--management-port', String(management), '--log-level', options.logLevel ?? defaultLogLevel];
+  const args = [
+    ...(options.nodeArgs ?? []),
+    options.cli ?? CLI,
+    'serve',
+    '--upstream',
+    upstream,
+    '--port',
+    String(port),
+    '--management-port',
+    String(management),
+    '--log-level',
+    options.logLevel ?? defaultLogLevel,
+  ];
   if (options.redisUrl) args.push('--redis', options.redisUrl);
   const config = options.config ?? (options.cli === undefined ? BENCH_BUDGET : undefined);
   if (config !== undefined) {
@@ -166,11 +180,19 @@ export async function startBare(dir: string, body: Buffer, contentType: string, 
  * any entry's overhead), so that every request after the first is a Redis-tier hit. The Redis
  * tier has its own `cache.redis.maxEntryBytes`, so it still stores the page.
  */
-export async function startRedisHitServer(upstream: string, redisUrl: string, prefix: string, encrypted: boolean, options: Pick<TmCacheOptions, 'name' | 'cli' | 'nodeArgs'> = {}): Promise<Server> {
+export async function startRedisHitServer(
+  upstream: string,
+  redisUrl: string,
+  prefix: string,
+  encrypted: boolean,
+  options: Pick<TmCacheOptions, 'name' | 'cli' | 'nodeArgs'> = {},
+): Promise<Server> {
   const dir = mkdtempSync(join(tmpdir(), 'tm-cache-bench-'));
   const config = join(dir, 'redis-hit.yaml');
   writeFileSync(config, `cache:\n  memory:\n    maxEntryBytes: 1\n  redis:\n    keyPrefix: ${JSON.stringify(prefix)}\n`);
-  const keys: Record<string, string> = encrypted ? { TM_CACHE_REDIS_ENCRYPTION_KEYS: `bench:${randomBytes(32).toString('hex')}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'bench' } : {};
+  const keys: Record<string, string> = encrypted
+    ? { TM_CACHE_REDIS_ENCRYPTION_KEYS: `bench:${randomBytes(32).toString('hex')}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'bench' }
+    : {};
   const name = options.name ?? (encrypted ? 'tm-cache redis-hit (encrypted)' : 'tm-cache redis-hit');
   return startTmCache(upstream, { ...options, name, redisUrl, env: { TM_CACHE_CONFIG: config, ...keys } });
 }

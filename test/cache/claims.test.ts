@@ -7,7 +7,15 @@ import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 const NOW = 1_700_000_000_000;
 const limitsFor = claimLimitsOf(DEFAULT_CONFIG.cache.freshness, DEFAULT_CONFIG.cache.staleIfErrorMs);
 const meta = (times: Partial<StoredMeta>, tags: string[] = []): StoredMeta => ({
-  status: 200, headers: {}, etag: '"e"', storedAt: NOW, freshUntil: NOW + 10_000, staleWhileRevalidateUntil: NOW + 20_000, staleIfErrorUntil: NOW + 30_000, tags, ...times,
+  status: 200,
+  headers: {},
+  etag: '"e"',
+  storedAt: NOW,
+  freshUntil: NOW + 10_000,
+  staleWhileRevalidateUntil: NOW + 20_000,
+  staleIfErrorUntil: NOW + 30_000,
+  tags,
+  ...times,
 });
 
 describe('what an entry read back may claim', () => {
@@ -33,6 +41,8 @@ describe('what an entry read back may claim', () => {
   });
 
   it('refuses an entry stored in the future beyond the clock skew', () => {
-    expect(boundClaims(meta({ storedAt: NOW + MAX_CLOCK_SKEW_MS + 1, freshUntil: NOW + MAX_CLOCK_SKEW_MS + 2 }), limitsFor('u:1|v1|listProjects||'), NOW)).toBe('stored in the future');
+    expect(boundClaims(meta({ storedAt: NOW + MAX_CLOCK_SKEW_MS + 1, freshUntil: NOW + MAX_CLOCK_SKEW_MS + 2 }), limitsFor('u:1|v1|listProjects||'), NOW)).toBe(
+      'stored in the future',
+    );
   });
 });

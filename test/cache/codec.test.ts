@@ -1,7 +1,18 @@
 import { randomBytes } from 'node:crypto';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { decodeEntry, decodeValue, deriveMacKey, encodeEntry, encodeValue, FORMAT_VERSION, openEntry, openValue, storedKeyId, type ValueGuard } from '../../src/cache/redis/codec.js';
+import {
+  decodeEntry,
+  decodeValue,
+  deriveMacKey,
+  encodeEntry,
+  encodeValue,
+  FORMAT_VERSION,
+  openEntry,
+  openValue,
+  storedKeyId,
+  type ValueGuard,
+} from '../../src/cache/redis/codec.js';
 import { assertKeyring, type Keyring } from '../../src/cache/redis/keyring.js';
 import { gzipEtagOf, readBody, type CacheEntry } from '../../src/cache/entry.js';
 import { makeEntry, makeListPageBody } from './fixtures.js';
@@ -165,8 +176,12 @@ describe('codec', () => {
     }
   });
 
-  it('reads back the instance\'s CORS headers an entry keeps (cache.storedHeaders), and refuses one with a control character', async () => {
-    const cors = { 'access-control-allow-origin': 'https://dash.example.com', 'access-control-allow-credentials': 'true', 'access-control-expose-headers': 'ETag' };
+  it("reads back the instance's CORS headers an entry keeps (cache.storedHeaders), and refuses one with a control character", async () => {
+    const cors = {
+      'access-control-allow-origin': 'https://dash.example.com',
+      'access-control-allow-credentials': 'true',
+      'access-control-expose-headers': 'ETag',
+    };
     const entry = makeEntry(now);
     const opened = await openEntry(await enc({ ...entry, headers: { ...entry.headers, ...cors } }), { macKey }, KEY);
     expect(opened.kind).toBe('ok');

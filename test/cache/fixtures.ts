@@ -18,8 +18,28 @@ function makeRandom(seed: number): () => number {
   };
 }
 
-const WORDS = ['login', 'checkout', 'payment', 'smoke', 'regression', 'api', 'mobile', 'search', 'profile',
-  'cart', 'invoice', 'export', 'import', 'admin', 'report', 'sync', 'upload', 'timeout', 'retry', 'cache'];
+const WORDS = [
+  'login',
+  'checkout',
+  'payment',
+  'smoke',
+  'regression',
+  'api',
+  'mobile',
+  'search',
+  'profile',
+  'cart',
+  'invoice',
+  'export',
+  'import',
+  'admin',
+  'report',
+  'sync',
+  'upload',
+  'timeout',
+  'retry',
+  'cache',
+];
 const STATES = ['passed', 'failed', 'blocked', 'untested', 'retest'];
 
 function sentence(random: () => number, words: number): string {
@@ -35,15 +55,26 @@ function isoDate(random: () => number): string {
 /** One test-run-like object with 40 fields: ids, names, counters, dates, flags, nulls. */
 function makeItem(random: () => number, id: number): Record<string, unknown> {
   const item: Record<string, unknown> = {
-    id, project_id: 5, milestone_id: 1 + Math.floor(random() * 12), plan_id: null,
-    name: `Run ${id}: ${sentence(random, 3)}`, description: sentence(random, 7),
-    suite_id: 100 + Math.floor(random() * 40), config: random() > 0.5 ? 'Chrome, Linux' : null,
-    config_ids: [1, 2 + Math.floor(random() * 5)], is_completed: random() > 0.7,
-    completed_on: random() > 0.7 ? isoDate(random) : null, created_on: isoDate(random),
-    created_by: 1 + Math.floor(random() * 30), assignedto_id: random() > 0.3 ? Math.floor(random() * 30) : null,
-    include_all: random() > 0.5, refs: random() > 0.5 ? `JIRA-${Math.floor(random() * 9000)}` : null,
-    url: `https://example.test/index.php?/runs/view/${id}`, updated_on: isoDate(random),
-    state: STATES[Math.floor(random() * STATES.length)], priority: Math.floor(random() * 4),
+    id,
+    project_id: 5,
+    milestone_id: 1 + Math.floor(random() * 12),
+    plan_id: null,
+    name: `Run ${id}: ${sentence(random, 3)}`,
+    description: sentence(random, 7),
+    suite_id: 100 + Math.floor(random() * 40),
+    config: random() > 0.5 ? 'Chrome, Linux' : null,
+    config_ids: [1, 2 + Math.floor(random() * 5)],
+    is_completed: random() > 0.7,
+    completed_on: random() > 0.7 ? isoDate(random) : null,
+    created_on: isoDate(random),
+    created_by: 1 + Math.floor(random() * 30),
+    assignedto_id: random() > 0.3 ? Math.floor(random() * 30) : null,
+    include_all: random() > 0.5,
+    refs: random() > 0.5 ? `JIRA-${Math.floor(random() * 9000)}` : null,
+    url: `https://example.test/index.php?/runs/view/${id}`,
+    updated_on: isoDate(random),
+    state: STATES[Math.floor(random() * STATES.length)],
+    priority: Math.floor(random() * 4),
   };
   for (const state of STATES) item[`${state}_count`] = Math.floor(random() * 200);
   for (let i = 1; i <= 5; i++) item[`custom_status${i}_count`] = Math.floor(random() * 3);
@@ -74,8 +105,12 @@ export function makeEntry(now: number, overrides: Partial<CacheEntry> = {}): Cac
     status: 200,
     // Only headers tm-cache stores (storable.ts): an entry read back with any other is refused.
     headers: { 'content-type': 'application/json; charset=utf-8', etag, 'cache-control': 'private', vary: 'Authorization, Accept-Encoding' },
-    body, etag, storedAt: now, freshUntil: now + 60_000,
-    staleWhileRevalidateUntil: now + 120_000, staleIfErrorUntil: now + 300_000,
+    body,
+    etag,
+    storedAt: now,
+    freshUntil: now + 60_000,
+    staleWhileRevalidateUntil: now + 120_000,
+    staleIfErrorUntil: now + 300_000,
     tags: ['project:5', 'run:1000'],
     ...overrides,
   };

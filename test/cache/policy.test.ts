@@ -60,7 +60,11 @@ describe('freshness by resource state', () => {
   it.each(SINGLE_FLAGS)('%s is settled exactly when %s names a resource with %s set', (op, idName, flag) => {
     const p = policy();
     const all = { is_closed: true, is_completed: true, is_retired: true };
-    const others = Object.fromEntries(Object.keys(all).filter((f) => f !== flag).map((f) => [f, true]));
+    const others = Object.fromEntries(
+      Object.keys(all)
+        .filter((f) => f !== flag)
+        .map((f) => [f, true]),
+    );
     expect(decide(p, op, { [idName]: 3 }, { result: { id: 3, ...others } }).ttlMs).toBe(SHORT);
     if (flag === null) return;
     expect(decide(p, op, { [idName]: 3 }, { result: { id: 3, [flag]: true } }).ttlMs).toBe(LONG);
@@ -116,14 +120,11 @@ describe('invalidation tags', () => {
     expect(OP_TAGS.map(([op]) => op).sort()).toEqual(OPERATIONS.map((op) => op.id).sort());
   });
 
-  it.each(OPERATIONS.map((op) => [op.id, op] as const))(
-    'a write to the path of a %s answer drops at least its path tags',
-    (_id, op) => {
-      const ids = Object.fromEntries(op.pathIds.map((name, i) => [name, 11 + i]));
-      const tags = decide(policy(), op.id, ids, { result: [] }).tags;
-      expect(policy().tagsForWrite(makePath(op, ids))).toEqual(expect.arrayContaining([...tags]));
-    },
-  );
+  it.each(OPERATIONS.map((op) => [op.id, op] as const))('a write to the path of a %s answer drops at least its path tags', (_id, op) => {
+    const ids = Object.fromEntries(op.pathIds.map((name, i) => [name, 11 + i]));
+    const tags = decide(policy(), op.id, ids, { result: [] }).tags;
+    expect(policy().tagsForWrite(makePath(op, ids))).toEqual(expect.arrayContaining([...tags]));
+  });
 
   it.each([
     ['/api/v1/projects/4/runs', ['project', 'project:4']],

@@ -124,7 +124,9 @@ describe('redis: one budget for the fleet', () => {
 
   it('a pause one replica sets is heard by the other at its next lease, not later', async () => {
     const shape = budgetShapeOf({ requestsPerSecond: 100, burst: 100 }, MAX_PAUSE_MS);
-    const { budgets: [a, b] } = await fleetOf(2, shape);
+    const {
+      budgets: [a, b],
+    } = await fleetOf(2, shape);
     expect(await takeAll(b!)).toBeGreaterThan(0); // b has leased before
     const atHand = b!.snapshot().tokensAtHand;
     a!.onRateLimited(30_000);
@@ -141,7 +143,10 @@ describe('redis: one budget for the fleet', () => {
 
   it('a replica joining mid-pause waits it out: its first lease says so', async () => {
     const shape = budgetShapeOf({ requestsPerSecond: 0, burst: 0 }, MAX_PAUSE_MS);
-    const { budgets: [a], roles } = await fleetOf(1, shape);
+    const {
+      budgets: [a],
+      roles,
+    } = await fleetOf(1, shape);
     a!.onRateLimited(45_000);
     await sleep(50);
     const joining = replica(await makeRedisRoles(server.url, { keyPrefix: roles[0]!.connection.keyPrefix }), shape);

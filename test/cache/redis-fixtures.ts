@@ -86,7 +86,10 @@ export async function waitUntil(condition: () => boolean | Promise<boolean>, tim
 /** A logger that remembers what it was told. */
 export function recordingLogger(): { lines: Array<{ level: string; obj: object; msg?: string }>; warn: L; info: L; error: L } {
   const lines: Array<{ level: string; obj: object; msg?: string }> = [];
-  const at = (level: string): L => (obj, msg) => void lines.push({ level, obj, msg });
+  const at =
+    (level: string): L =>
+    (obj, msg) =>
+      void lines.push({ level, obj, msg });
   return { lines, warn: at('warn'), info: at('info'), error: at('error') };
 }
 type L = (obj: object, msg?: string) => void;

@@ -36,7 +36,7 @@ describe('createRedisRoles', () => {
     await waitUntil(async () => (await connectionsNamed('tm-cache:subscriber')) === subscribersBefore, 10_000, 'subscriber closed');
   });
 
-  it('counts every role\'s failures on the one connection, and answers nothing once it is closed', async () => {
+  it("counts every role's failures on the one connection, and answers nothing once it is closed", async () => {
     const roles = await makeRedisRoles(redis.url);
     roles.connection.close();
     expect(roles.connection.healthy()).toBe(false);
@@ -53,7 +53,7 @@ describe('createRedisRoles', () => {
 });
 
 describe('RedisFillLock', () => {
-  it('releases the lock only after this replica\'s pending write of the key landed', async () => {
+  it("releases the lock only after this replica's pending write of the key landed", async () => {
     const { fillLock, tier, connection } = await makeRedisRoles(redis.url);
     const token = await fillLock.tryLock('k', 10_000);
     expect(token).toBeDefined();
@@ -77,7 +77,7 @@ describe('RedisFillLock', () => {
 });
 
 describe('RedisFillLock.waitFor', () => {
-  it('hands over the entry as soon as it is stored, even if the holder\'s unlock never comes', async () => {
+  it("hands over the entry as soon as it is stored, even if the holder's unlock never comes", async () => {
     const prefix = uniquePrefix();
     const [holder, waiter] = await Promise.all([makeRedisRoles(redis.url, { keyPrefix: prefix }), makeRedisRoles(redis.url, { keyPrefix: prefix })]);
     await holder.fillLock.tryLock('k', 60_000);
@@ -220,7 +220,10 @@ describe('RedisSharedStore.lockFor: the lock role over a namespace of shared val
     const claim = await holder.sharedStore.lockFor('ns').claim('k', 60_000, false);
     await holder.sharedStore.setJson('ns', 'k', 'not a number', 60_000);
     let settled = false;
-    const waiting = waiter.sharedStore.lockFor<number>('ns', (v) => typeof v === 'number').waitFor('k', 20_000).finally(() => (settled = true));
+    const waiting = waiter.sharedStore
+      .lockFor<number>('ns', (v) => typeof v === 'number')
+      .waitFor('k', 20_000)
+      .finally(() => (settled = true));
     await new Promise((r) => setTimeout(r, 200));
     expect(settled).toBe(false);
     await holder.sharedStore.lockFor('ns').unlock('k', (claim as { token: string }).token);

@@ -9,11 +9,9 @@ import { makeClock, tierContract } from './tier-contract.js';
 
 const redis = useRedisServer();
 
-tierContract(
-  'RedisTier',
-  async ({ clock, maxEntryBytes }) => makeRedisTier(redis.url, { now: clock.now, maxEntryBytes }),
-  { breakKey: async (tier, key) => void (await redis.raw.set((tier as RedisTier).connection.entryKey(key), randomBytes(64))) },
-);
+tierContract('RedisTier', async ({ clock, maxEntryBytes }) => makeRedisTier(redis.url, { now: clock.now, maxEntryBytes }), {
+  breakKey: async (tier, key) => void (await redis.raw.set((tier as RedisTier).connection.entryKey(key), randomBytes(64))),
+});
 
 const k1 = randomBytes(32);
 const k2 = randomBytes(32);

@@ -29,7 +29,11 @@ function fakeLock(claim: LockClaim<string>, waited?: string): SharedLock<string>
 }
 
 /** A job whose producer answers `produced` (and shares `write`), counting calls. */
-function job(over: Partial<SharedFillJob<string, string>> = {}, produced = 'mine', write?: Promise<void>): SharedFillJob<string, string> & { produced: number } {
+function job(
+  over: Partial<SharedFillJob<string, string>> = {},
+  produced = 'mine',
+  write?: Promise<void>,
+): SharedFillJob<string, string> & { produced: number } {
   const j: SharedFillJob<string, string> & { produced: number } = {
     key: 'k',
     lockKey: 'k',

@@ -36,11 +36,7 @@ export interface ContractHooks {
 
 const CONTRACT_MAX_ENTRY_BYTES = 256 * 1024;
 
-export function tierContract(
-  name: string,
-  makeTier: (context: ContractContext) => Promise<CacheTier>,
-  hooks: ContractHooks = {},
-): void {
+export function tierContract(name: string, makeTier: (context: ContractContext) => Promise<CacheTier>, hooks: ContractHooks = {}): void {
   describe(`${name} keeps the tier contract`, () => {
     let clock: ManualClock;
     let tier: CacheTier;

@@ -201,7 +201,7 @@ describe('TieredCache as a list of tiers', () => {
     ]);
   });
 
-  it('applies other replicas\' invalidations to the private tiers only, and forgets everything when told messages were lost', async () => {
+  it("applies other replicas' invalidations to the private tiers only, and forgets everything when told messages were lost", async () => {
     const { cache, memory, lower, log, bus } = stack('async');
     await cache.set('a', makeEntry(Date.now(), { tags: ['project:5'] }));
     await cache.set('b', makeEntry(Date.now(), { tags: ['project:6'] }));

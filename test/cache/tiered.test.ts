@@ -80,7 +80,7 @@ describe('TieredCache across replicas', () => {
     await Promise.all([a.close(), b.close()]);
   });
 
-  it('backfills for the remainder of the entry\'s life only', async () => {
+  it("backfills for the remainder of the entry's life only", async () => {
     const clock = makeClock();
     const prefix = uniquePrefix();
     const a = await makeRedisTier(redis.url, { keyPrefix: prefix, now: clock.now });
@@ -94,7 +94,7 @@ describe('TieredCache across replicas', () => {
     await Promise.all([a.close(), b.close()]);
   });
 
-  it('drops an invalidated tag from every replica\'s memory', async () => {
+  it("drops an invalidated tag from every replica's memory", async () => {
     const [{ cache: a }, { cache: b }] = await twoReplicas();
     await a.set('tagged', makeEntry(Date.now(), { tags: ['project:5'] }));
     await a.set('other', makeEntry(Date.now(), { tags: ['project:6'] }));
@@ -108,7 +108,7 @@ describe('TieredCache across replicas', () => {
     await Promise.all([a.close(), b.close()]);
   });
 
-  it('drops a deleted key from every replica\'s memory', async () => {
+  it("drops a deleted key from every replica's memory", async () => {
     const [{ cache: a }, { cache: b }] = await twoReplicas();
     await a.set('k', makeEntry(Date.now()));
     await b.get('k');

@@ -7,7 +7,10 @@ describe('parseFlags', () => {
   it('reads --flag value and --flag=value, trimmed; of a repeated flag the last wins', () => {
     const { values, problems } = parseFlags(['--port', ' 80 ', '--host=h', '--port=81'], FLAGS);
     expect(problems).toEqual([]);
-    expect([...values]).toEqual([['--port', '81'], ['--host', 'h']]);
+    expect([...values]).toEqual([
+      ['--port', '81'],
+      ['--host', 'h'],
+    ]);
   });
 
   it('takes a value that starts with a single dash', () => {

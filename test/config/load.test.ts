@@ -5,13 +5,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import {
-  assertUpstream,
-  CONFIG_OVERRIDES,
-  loadConfig,
-  loadConfigAsync,
-  normalizeUpstreamUrl,
-} from '../../src/config/load.js';
+import { assertUpstream, CONFIG_OVERRIDES, loadConfig, loadConfigAsync, normalizeUpstreamUrl } from '../../src/config/load.js';
 import { ConfigError } from '../../src/config/errors.js';
 import { DEFAULT_CONFIG, RESOURCE_NAMES, type Config } from '../../src/config/schema.js';
 import { keysWithoutComment } from '../helpers/yaml-comments.js';
@@ -60,7 +54,6 @@ function get(config: unknown, path: string): unknown {
   return path.split('.').reduce<unknown>((node, key) => (node as Record<string, unknown>)[key], config);
 }
 
-
 describe('defaults', () => {
   it('are DEFAULT_CONFIG when nothing is set', () => {
     expect(load()).toEqual(DEFAULT_CONFIG);
@@ -100,17 +93,35 @@ describe('defaults', () => {
   });
 
   it('config/default.yaml names each flag and environment variable on the row of its setting', () => {
-    const rows = readFileSync(DEFAULT_YAML, 'utf8').split('\n').filter((line) => /^#\s+[a-z]+\.[\w.]+\s/.test(line));
-    const table = rows.map((row) => row.slice(1).trim().split(/\s+/).filter((word) => /^(--|TM_CACHE_|[a-z]+\.)/.test(word)));
+    const rows = readFileSync(DEFAULT_YAML, 'utf8')
+      .split('\n')
+      .filter((line) => /^#\s+[a-z]+\.[\w.]+\s/.test(line));
+    const table = rows.map((row) =>
+      row
+        .slice(1)
+        .trim()
+        .split(/\s+/)
+        .filter((word) => /^(--|TM_CACHE_|[a-z]+\.)/.test(word)),
+    );
     const expected = CONFIG_OVERRIDES.map(({ setting, flag, env }) => [setting, ...(flag ? [flag] : []), ...(env ? [env] : [])]);
     const bySetting = (a: string[], b: string[]) => a[0]!.localeCompare(b[0]!);
     expect(table.sort(bySetting)).toEqual(expected.sort(bySetting));
   });
 
   it('byResource accepts exactly the resources of the catalogue', () => {
-    expect([...RESOURCE_NAMES].sort()).toEqual(
-      ['automation_source', 'current_user', 'group', 'milestone', 'project', 'project_user', 'result', 'role', 'run', 'session', 'user'],
-    );
+    expect([...RESOURCE_NAMES].sort()).toEqual([
+      'automation_source',
+      'current_user',
+      'group',
+      'milestone',
+      'project',
+      'project_user',
+      'result',
+      'role',
+      'run',
+      'session',
+      'user',
+    ]);
   });
 });
 
@@ -164,7 +175,11 @@ describe('the --config file', () => {
     ['a missing file', () => loadConfig({ argv: ['--config', join(TMP, 'absent.yaml')], env: {} }), ['config file (from --config)', 'absent.yaml', 'ENOENT']],
     ['a file that is not YAML', () => load({ file: 'server:\n  port: [\n' }), ['not valid YAML', 'line']],
     ['a file that is a list', () => load({ file: '- 1\n- 2\n' }), ['received a list', 'allowed: a mapping of settings']],
-    ['a section given as a scalar', () => load({ file: 'cache:\n  memory: 5\n' }), ['cache.memory', 'received number 5', 'allowed: a mapping with keys maxBytes, maxEntryBytes']],
+    [
+      'a section given as a scalar',
+      () => load({ file: 'cache:\n  memory: 5\n' }),
+      ['cache.memory', 'received number 5', 'allowed: a mapping with keys maxBytes, maxEntryBytes'],
+    ],
     ['a duplicated key', () => load({ file: 'server:\n  port: 1\n  port: 2\n' }), ['not valid YAML', 'unique']],
   ])('%s is a ConfigError', (_, run, fragments) => {
     const error = configError(run);
@@ -175,7 +190,12 @@ describe('the --config file', () => {
     const secret = 'abc0123456789sixteen-more-chars';
     const path = writeConfig(`admin:\n  token: !${secret}\n`);
     const errors = [configError(() => loadConfig({ argv: ['--config', path], env: {} }))];
-    errors.push(await loadConfigAsync({ argv: ['--config', path], env: {} }).then(() => undefined as never, (e: unknown) => e as ConfigError));
+    errors.push(
+      await loadConfigAsync({ argv: ['--config', path], env: {} }).then(
+        () => undefined as never,
+        (e: unknown) => e as ConfigError,
+      ),
+    );
     for (const error of errors) {
       expect(error).toBeInstanceOf(ConfigError);
       expect(error.message).toContain('YAML warning at line 2 (TAG_RESOLVE_FAILED)');
@@ -188,7 +208,12 @@ describe('the --config file', () => {
     execFileSync('mkfifo', [fifo]);
     for (const path of [fifo, TMP]) {
       const errors = [configError(() => loadConfig({ argv: ['--config', path], env: {} }))];
-      errors.push(await loadConfigAsync({ argv: ['--config', path], env: {} }).then(() => undefined as never, (e: unknown) => e as ConfigError));
+      errors.push(
+        await loadConfigAsync({ argv: ['--config', path], env: {} }).then(
+          () => undefined as never,
+          (e: unknown) => e as ConfigError,
+        ),
+      );
       for (const error of errors) expect(error.message).toContain(`${JSON.stringify(path)} is not a regular file`);
     }
   });
@@ -261,8 +286,13 @@ describe('environment variables and flags', () => {
     { setting: 'log.access', env: 'TM_CACHE_LOG_ACCESS', raw: 'errors', value: 'errors' },
     { setting: 'cache.sharing', env: 'TM_CACHE_SHARING', raw: 'project', value: 'project' },
     { setting: 'admin.token', env: 'TM_CACHE_ADMIN_TOKEN', raw: 'an-admin-token-of-24-chars', value: 'an-admin-token-of-24-chars' },
-    { setting: 'admin.viewerToken', env: 'TM_CACHE_ADMIN_VIEWER_TOKEN', raw: 'a-viewer-token-of-24-char', value: 'a-viewer-token-of-24-char',
-      with: { TM_CACHE_ADMIN_TOKEN: 'an-admin-token-of-24-chars' } },
+    {
+      setting: 'admin.viewerToken',
+      env: 'TM_CACHE_ADMIN_VIEWER_TOKEN',
+      raw: 'a-viewer-token-of-24-char',
+      value: 'a-viewer-token-of-24-char',
+      with: { TM_CACHE_ADMIN_TOKEN: 'an-admin-token-of-24-chars' },
+    },
     { setting: 'cache.redis.username', env: 'TM_CACHE_REDIS_USERNAME', raw: 'tm-cache', value: 'tm-cache' },
     { setting: 'cache.redis.password', env: 'TM_CACHE_REDIS_PASSWORD', raw: 's3cret pass', value: 's3cret pass' },
     { setting: 'cache.redis.commandTimeoutMs', env: 'TM_CACHE_REDIS_COMMAND_TIMEOUT_MS', raw: '250', value: 250 },
@@ -291,7 +321,14 @@ describe('environment variables and flags', () => {
   it('the table above covers every override', () => {
     const covered = new Set(cases.map((c) => c.setting));
     // The TLS settings name files that must hold a certificate and key: test/security/tls.test.ts sets them.
-    const keyEnv = ['server.tls.certFile', 'server.tls.keyFile', 'server.tls.clientCaFile', 'server.tls.management', 'cache.redis.encryptionKeys', 'cache.redis.encryptionKeyId'];
+    const keyEnv = [
+      'server.tls.certFile',
+      'server.tls.keyFile',
+      'server.tls.clientCaFile',
+      'server.tls.management',
+      'cache.redis.encryptionKeys',
+      'cache.redis.encryptionKeyId',
+    ];
     expect(CONFIG_OVERRIDES.map((o) => o.setting).filter((s) => !covered.has(s))).toEqual(keyEnv);
   });
 
@@ -356,9 +393,7 @@ describe('upstream url', () => {
     const config = load();
     expect(config.upstream.url).toBe('');
     const error = configError(() => assertUpstream(config));
-    expect(error.message).toBe(
-      'no upstream: set --upstream URL or TM_CACHE_UPSTREAM, or run `tm-cache demo` to try it against the built-in emulator',
-    );
+    expect(error.message).toBe('no upstream: set --upstream URL or TM_CACHE_UPSTREAM, or run `tm-cache demo` to try it against the built-in emulator');
     expect(() => assertUpstream(load({ env: { TM_CACHE_UPSTREAM: 'https://tm.example.com' } }))).not.toThrow();
   });
 });
@@ -389,8 +424,18 @@ describe('invalid settings', () => {
     ['upstream.forwardPrefixes', { file: 'upstream:\n  forwardPrefixes: [api/]\n' }, '["api/"]', 'each starting with /'],
     ['upstream.forwardPrefixes', { file: 'upstream:\n  forwardPrefixes: /api/\n' }, '"/api/"', 'a list of path prefixes'],
     ['upstream.budget.requestsPerSecond', { file: 'upstream:\n  budget:\n    requestsPerSecond: -1\n' }, '-1', '0: no fixed budget, learned from the instance'],
-    ['upstream.budget.requestsPerSecond', { file: 'upstream:\n  budget:\n    requestsPerSecond: fast\n' }, '"fast"', 'a number of requests per second from 0 to 100000'],
-    ['upstream.budget.burst', { file: 'upstream:\n  budget:\n    requestsPerSecond: 40\n    burst: 2.5\n' }, '2.5', 'an integer from 0 to 1000000 (requests; 0: one second\'s worth of the rate)'],
+    [
+      'upstream.budget.requestsPerSecond',
+      { file: 'upstream:\n  budget:\n    requestsPerSecond: fast\n' },
+      '"fast"',
+      'a number of requests per second from 0 to 100000',
+    ],
+    [
+      'upstream.budget.burst',
+      { file: 'upstream:\n  budget:\n    requestsPerSecond: 40\n    burst: 2.5\n' },
+      '2.5',
+      "an integer from 0 to 1000000 (requests; 0: one second's worth of the rate)",
+    ],
     ['upstream.budget.burst', { file: 'upstream:\n  budget:\n    burst: 50\n' }, '50', '0 when upstream.budget.requestsPerSecond is 0'],
     ['upstream.budget.fallbackShare', { file: 'upstream:\n  budget:\n    fallbackShare: 0\n' }, '0', 'a fraction above 0 and at most 1'],
     ['upstream.budget.fallbackShare', { file: 'upstream:\n  budget:\n    fallbackShare: 1.5\n' }, '1.5', 'a fraction above 0 and at most 1'],
@@ -406,24 +451,49 @@ describe('invalid settings', () => {
     ['cache.freshness.settled.staleWhileRevalidateMs', { file: 'cache:\n  freshness:\n    settled:\n      staleWhileRevalidateMs: x\n' }, '"x"', 'from 0 to'],
     ['cache.freshness.byResource.run.ttlMs', { file: 'cache:\n  freshness:\n    byResource:\n      run: { ttlMs: -3 }\n' }, '-3', 'from 0 to'],
     ['cache.memory.maxBytes', { file: 'cache:\n  memory:\n    maxBytes: 0\n' }, '0', 'an integer ≥ 1 (bytes)'],
-    ['cache.memory.maxEntryBytes', { file: 'cache:\n  memory:\n    maxBytes: 1000\n    maxEntryBytes: 1001\n' }, '1001', 'at most cache.memory.maxBytes (1000)'],
+    [
+      'cache.memory.maxEntryBytes',
+      { file: 'cache:\n  memory:\n    maxBytes: 1000\n    maxEntryBytes: 1001\n' },
+      '1001',
+      'at most cache.memory.maxBytes (1000)',
+    ],
     ['cache.redis.url', { argv: ['--redis', 'http://redis:6379'] }, '"http://redis:6379"', 'redis:// or rediss://'],
     ['cache.redis.url', { env: { TM_CACHE_REDIS: 'redis://redis:6379/zero' } }, '"redis://redis:6379/zero"', '[/db]'],
     ['cache.redis.mode', { file: 'cache:\n  redis:\n    mode: replicated\n' }, '"replicated"', 'one of standalone, cluster, sentinel'],
     ['cache.redis.nodes', { file: 'cache:\n  redis:\n    nodes: [redis-0]\n' }, '["redis-0"]', 'host:port strings'],
     ['cache.redis.sentinels', { file: 'cache:\n  redis:\n    sentinels: "s:26379"\n' }, '"s:26379"', 'a list of host:port'],
-    ['cache.redis.sentinels', { file: 'cache:\n  redis:\n    mode: sentinel\n', argv: ['--redis', 'redis://r'] }, '[]', 'at least one host:port when cache.redis.mode is sentinel'],
-    ['cache.redis.sentinelName', { file: 'cache:\n  redis:\n    mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelName: ""\n', argv: ['--redis', 'redis://r'] }, '""', 'the name of the master'],
+    [
+      'cache.redis.sentinels',
+      { file: 'cache:\n  redis:\n    mode: sentinel\n', argv: ['--redis', 'redis://r'] },
+      '[]',
+      'at least one host:port when cache.redis.mode is sentinel',
+    ],
+    [
+      'cache.redis.sentinelName',
+      { file: 'cache:\n  redis:\n    mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelName: ""\n', argv: ['--redis', 'redis://r'] },
+      '""',
+      'the name of the master',
+    ],
     ['cache.redis.keyPrefix', { file: 'cache:\n  redis:\n    keyPrefix: "a b"\n' }, '"a b"', 'without whitespace'],
     ['cache.redis.commandTimeoutMs', { file: 'cache:\n  redis:\n    commandTimeoutMs: 0\n' }, '0', 'from 1 to'],
     ['cache.redis.connectTimeoutMs', { file: 'cache:\n  redis:\n    connectTimeoutMs: 0\n' }, '0', 'from 1 to'],
     ['cache.redis.lockWaitMs', { file: 'cache:\n  redis:\n    lockWaitMs: -1\n' }, '-1', 'from 0 to'],
-    ['cache.redis.encryptionKeyId', { env: { TM_CACHE_REDIS_ENCRYPTION_KEYS: `k1:${HEX_KEY}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'k9' } }, '"k9"', 'one of the ids of cache.redis.encryptionKeys: k1'],
+    [
+      'cache.redis.encryptionKeyId',
+      { env: { TM_CACHE_REDIS_ENCRYPTION_KEYS: `k1:${HEX_KEY}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'k9' } },
+      '"k9"',
+      'one of the ids of cache.redis.encryptionKeys: k1',
+    ],
     ['cache.redis.encryptionKeyId', { env: { TM_CACHE_REDIS_ENCRYPTION_KEYS: `k1:${HEX_KEY}` } }, '""', 'one of the ids of cache.redis.encryptionKeys: k1'],
     ['cache.redis.encryptionKeyId', { env: { TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'k1' } }, '"k1"', 'empty, since cache.redis.encryptionKeys is empty'],
     ['server.managementPort', { argv: ['--port', '8000', '--management-port', '8000'] }, '8000', 'a port other than server.port (8000)'],
     ['server.port', { argv: ['--port', '9090'] }, '9090', 'a port other than server.managementPort (9090)'],
-    ['cache.memory.maxBytes', { file: 'cache:\n  memory:\n    maxBytes: 1048576\n' }, '1048576', 'at least cache.memory.maxEntryBytes (8388608); lower that too'],
+    [
+      'cache.memory.maxBytes',
+      { file: 'cache:\n  memory:\n    maxBytes: 1048576\n' },
+      '1048576',
+      'at least cache.memory.maxEntryBytes (8388608); lower that too',
+    ],
   ];
 
   it.each(cases)('%s set by %j says what it received and what is allowed', (setting, sources, received, allowed) => {
@@ -443,9 +513,7 @@ describe('invalid settings', () => {
   });
 
   it('reports every problem at once', () => {
-    const error = configError(() =>
-      load({ file: 'upstream:\n  connections: 0\ncache:\n  strict: 2\n', argv: ['--port', '-1', '--log-level', 'loud'] }),
-    );
+    const error = configError(() => load({ file: 'upstream:\n  connections: 0\ncache:\n  strict: 2\n', argv: ['--port', '-1', '--log-level', 'loud'] }));
     expect(error.problems).toHaveLength(4);
     expect(error.message).toMatch(/^invalid configuration \(4 problems\):\n {2}- /);
   });
@@ -470,7 +538,7 @@ describe('invalid settings', () => {
 });
 
 describe('a section the file leaves empty', () => {
-  it('is reported as the file\'s, even when the environment sets a setting inside it', () => {
+  it("is reported as the file's, even when the environment sets a setting inside it", () => {
     const error = configError(() => load({ file: 'cache:\n  redis:\n', env: { TM_CACHE_REDIS: 'redis://r:6379' } }));
     expect(error.problems).toEqual([expect.stringMatching(/^cache\.redis \(from config file .*\): received null; allowed: a mapping with keys url, /)]);
   });
@@ -482,8 +550,22 @@ describe('redis modes', () => {
     ['cluster without nodes', 'mode: cluster', [], 'cache.redis.nodes', '[]', 'at least one host:port when cache.redis.mode is cluster'],
     ['cluster without nodes, with a URL', 'mode: cluster', REDIS, 'cache.redis.nodes', '[]', 'at least one host:port when cache.redis.mode is cluster'],
     ['sentinel without sentinels', 'mode: sentinel', [], 'cache.redis.sentinels', '[]', 'at least one host:port when cache.redis.mode is sentinel'],
-    ['sentinel without sentinels, with a URL', 'mode: sentinel', REDIS, 'cache.redis.sentinels', '[]', 'at least one host:port when cache.redis.mode is sentinel'],
-    ['sentinel without a master name', 'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelName: ""', [], 'cache.redis.sentinelName', '""', 'the name of the master'],
+    [
+      'sentinel without sentinels, with a URL',
+      'mode: sentinel',
+      REDIS,
+      'cache.redis.sentinels',
+      '[]',
+      'at least one host:port when cache.redis.mode is sentinel',
+    ],
+    [
+      'sentinel without a master name',
+      'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelName: ""',
+      [],
+      'cache.redis.sentinelName',
+      '""',
+      'the name of the master',
+    ],
   ] as const)('%s is refused at load, naming the setting', (_, redis, argv, setting, received, allowed) => {
     const error = configError(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, argv, env: WITH_SECRET }));
     expect(error.problems).toHaveLength(1);
@@ -500,10 +582,30 @@ describe('redis modes', () => {
   });
 
   it.each([
-    ['a password in the URL and in cache.redis.password', ['mode: standalone'], { TM_CACHE_REDIS: 'redis://:url-pw@r:6379', TM_CACHE_REDIS_PASSWORD: 'env-pw' }, 'a URL without a password, since cache.redis.password gives one'],
-    ['a user in the URL and in cache.redis.username', ['mode: standalone'], { TM_CACHE_REDIS: 'redis://me:pw@r:6379', TM_CACHE_REDIS_USERNAME: 'you' }, 'a URL without a user name, since cache.redis.username gives one'],
-    ['credentials in the URL in cluster mode', ['mode: cluster', 'nodes: ["n:7000"]'], { TM_CACHE_REDIS: 'redis://:url-pw@r:6379' }, 'a URL without credentials when cache.redis.mode is cluster (the URL is not used there): set cache.redis.username and cache.redis.password'],
-    ['rediss:// in sentinel mode', ['mode: sentinel', 'sentinels: ["s:26379"]'], { TM_CACHE_REDIS: 'rediss://r:6379' }, 'a redis:// URL or none when cache.redis.mode is sentinel (the URL is not used there): set cache.redis.tls to true'],
+    [
+      'a password in the URL and in cache.redis.password',
+      ['mode: standalone'],
+      { TM_CACHE_REDIS: 'redis://:url-pw@r:6379', TM_CACHE_REDIS_PASSWORD: 'env-pw' },
+      'a URL without a password, since cache.redis.password gives one',
+    ],
+    [
+      'a user in the URL and in cache.redis.username',
+      ['mode: standalone'],
+      { TM_CACHE_REDIS: 'redis://me:pw@r:6379', TM_CACHE_REDIS_USERNAME: 'you' },
+      'a URL without a user name, since cache.redis.username gives one',
+    ],
+    [
+      'credentials in the URL in cluster mode',
+      ['mode: cluster', 'nodes: ["n:7000"]'],
+      { TM_CACHE_REDIS: 'redis://:url-pw@r:6379' },
+      'a URL without credentials when cache.redis.mode is cluster (the URL is not used there): set cache.redis.username and cache.redis.password',
+    ],
+    [
+      'rediss:// in sentinel mode',
+      ['mode: sentinel', 'sentinels: ["s:26379"]'],
+      { TM_CACHE_REDIS: 'rediss://r:6379' },
+      'a redis:// URL or none when cache.redis.mode is sentinel (the URL is not used there): set cache.redis.tls to true',
+    ],
   ] as const)('%s is refused, naming the URL without showing its secret', (_, lines, env, allowed) => {
     const error = configError(() => load({ file: `cache:\n  redis:\n${lines.map((l) => `    ${l}\n`).join('')}`, env: { ...WITH_SECRET, ...env } }));
     expect(error.problems).toHaveLength(1);
@@ -513,9 +615,21 @@ describe('redis modes', () => {
   });
 
   it.each([
-    ['a password by setting with a URL without one', 'mode: standalone', { TM_CACHE_REDIS: 'rediss://r:6379', TM_CACHE_REDIS_USERNAME: 'tm', TM_CACHE_REDIS_PASSWORD: 'pw' }],
-    ['cluster with credentials and TLS by setting, and a bare URL', 'mode: cluster\n    nodes: ["n:7000"]\n    tls: true', { TM_CACHE_REDIS: 'redis://r:6379', TM_CACHE_REDIS_PASSWORD: 'pw' }],
-    ['sentinel with both passwords', 'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelUsername: sentinel-user', { TM_CACHE_REDIS_PASSWORD: 'pw', TM_CACHE_REDIS_SENTINEL_PASSWORD: 'spw' }],
+    [
+      'a password by setting with a URL without one',
+      'mode: standalone',
+      { TM_CACHE_REDIS: 'rediss://r:6379', TM_CACHE_REDIS_USERNAME: 'tm', TM_CACHE_REDIS_PASSWORD: 'pw' },
+    ],
+    [
+      'cluster with credentials and TLS by setting, and a bare URL',
+      'mode: cluster\n    nodes: ["n:7000"]\n    tls: true',
+      { TM_CACHE_REDIS: 'redis://r:6379', TM_CACHE_REDIS_PASSWORD: 'pw' },
+    ],
+    [
+      'sentinel with both passwords',
+      'mode: sentinel\n    sentinels: ["s:26379"]\n    sentinelUsername: sentinel-user',
+      { TM_CACHE_REDIS_PASSWORD: 'pw', TM_CACHE_REDIS_SENTINEL_PASSWORD: 'spw' },
+    ],
   ])('%s is accepted', (_, redis, env) => {
     expect(() => load({ file: `cache:\n  redis:\n    ${redis}\n`, env: { ...WITH_SECRET, ...env } })).not.toThrow();
   });
@@ -531,14 +645,44 @@ describe('redis modes', () => {
 
 describe('secrets', () => {
   it.each([
-    ['hmacSecret too short, by env', { env: { TM_CACHE_HMAC_SECRET: 'hunter2hunter2' } }, 'hunter2hunter2', 'identity.hmacSecret (from TM_CACHE_HMAC_SECRET): received <redacted>'],
+    [
+      'hmacSecret too short, by env',
+      { env: { TM_CACHE_HMAC_SECRET: 'hunter2hunter2' } },
+      'hunter2hunter2',
+      'identity.hmacSecret (from TM_CACHE_HMAC_SECRET): received <redacted>',
+    ],
     ['hmacSecret of 31 bytes, by file', { file: `identity:\n  hmacSecret: "${'ef'.repeat(31)}"\n` }, 'ef'.repeat(31), 'identity.hmacSecret (from config file'],
-    ['an encryption key of 31 bytes', { env: { TM_CACHE_REDIS_ENCRYPTION_KEYS: `k1:${'9a'.repeat(31)}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'k1' } }, '9a'.repeat(31), 'cache.redis.encryptionKeys.k1 (from TM_CACHE_REDIS_ENCRYPTION_KEYS): received <redacted>'],
-    ['an encryption key YAML read as a number', { file: 'cache:\n  redis:\n    encryptionKeys: { k1: 1234567890123 }\n    encryptionKeyId: k1\n' }, '1234567890123', 'allowed: a quoted string of exactly 32 bytes'],
-    ['a malformed key list', { env: { TM_CACHE_REDIS_ENCRYPTION_KEYS: 'sekritsekrit' } }, 'sekritsekrit', 'cache.redis.encryptionKeys (from TM_CACHE_REDIS_ENCRYPTION_KEYS): received <redacted>'],
+    [
+      'an encryption key of 31 bytes',
+      { env: { TM_CACHE_REDIS_ENCRYPTION_KEYS: `k1:${'9a'.repeat(31)}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'k1' } },
+      '9a'.repeat(31),
+      'cache.redis.encryptionKeys.k1 (from TM_CACHE_REDIS_ENCRYPTION_KEYS): received <redacted>',
+    ],
+    [
+      'an encryption key YAML read as a number',
+      { file: 'cache:\n  redis:\n    encryptionKeys: { k1: 1234567890123 }\n    encryptionKeyId: k1\n' },
+      '1234567890123',
+      'allowed: a quoted string of exactly 32 bytes',
+    ],
+    [
+      'a malformed key list',
+      { env: { TM_CACHE_REDIS_ENCRYPTION_KEYS: 'sekritsekrit' } },
+      'sekritsekrit',
+      'cache.redis.encryptionKeys (from TM_CACHE_REDIS_ENCRYPTION_KEYS): received <redacted>',
+    ],
     ['a key list with a duplicated id', { env: { TM_CACHE_REDIS_ENCRYPTION_KEYS: `a:${HEX_KEY},a:${B64_KEY}` } }, HEX_KEY, 'key id "a" appears twice'],
-    ['the password of a redis url', { env: { TM_CACHE_REDIS: 'redis://:s3cretpass@redis:6379/db' } }, 's3cretpass', 'received "redis://<redacted>@redis:6379/db"'],
-    ['the credentials of an upstream url', { argv: ['--upstream', 'https://bob:s3cretpass@tm.example.com'] }, 's3cretpass', 'received "https://<redacted>@tm.example.com"'],
+    [
+      'the password of a redis url',
+      { env: { TM_CACHE_REDIS: 'redis://:s3cretpass@redis:6379/db' } },
+      's3cretpass',
+      'received "redis://<redacted>@redis:6379/db"',
+    ],
+    [
+      'the credentials of an upstream url',
+      { argv: ['--upstream', 'https://bob:s3cretpass@tm.example.com'] },
+      's3cretpass',
+      'received "https://<redacted>@tm.example.com"',
+    ],
   ] as const)('%s is never shown', (_, sources, secret, expected) => {
     const error = configError(() => load(sources));
     expect(error.message).toContain(expected);

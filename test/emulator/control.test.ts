@@ -15,7 +15,14 @@ beforeEach(async () => {
 });
 
 const api = (path: string) => `${em.url}/api/v1${path}`;
-const PATHS = ['/user', '/projects?expands=users', '/projects/1/runs?per_page=50&expands=users,milestones,statuses', '/runs/3/results?expands=users', '/users?expands=groups,roles', '/projects/2/milestones?expands=milestone_stats'];
+const PATHS = [
+  '/user',
+  '/projects?expands=users',
+  '/projects/1/runs?per_page=50&expands=users,milestones,statuses',
+  '/runs/3/results?expands=users',
+  '/users?expands=groups,roles',
+  '/projects/2/milestones?expands=milestone_stats',
+];
 
 describe('determinism', () => {
   it('answers byte-identical bodies from two instances with the same seed, different ones with another seed', async () => {

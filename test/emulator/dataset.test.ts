@@ -5,9 +5,15 @@ const data = generateDataset({ seed: 42, scale: 'small' });
 
 describe('the small dataset', () => {
   it.each([
-    ['projects', data.projects.length, 5], ['runs', data.runs.length, 300], ['sessions', data.sessions.length, 50],
-    ['milestones', data.milestones.length, 40], ['automation sources', data.sources.length, 20], ['roles', data.roles.length, 8],
-    ['groups', data.groups.length, 6], ['users', data.users.length, 25], ['results', data.results.size, 20_000],
+    ['projects', data.projects.length, 5],
+    ['runs', data.runs.length, 300],
+    ['sessions', data.sessions.length, 50],
+    ['milestones', data.milestones.length, 40],
+    ['automation sources', data.sources.length, 20],
+    ['roles', data.roles.length, 8],
+    ['groups', data.groups.length, 6],
+    ['users', data.users.length, 25],
+    ['results', data.results.size, 20_000],
     ['custom statuses', data.statuses.filter((s) => s.id > 6).length, 1],
   ])('has at least the issue’s number of %s', (_, n, min) => {
     expect(n).toBeGreaterThanOrEqual(min);
@@ -33,8 +39,13 @@ describe('the small dataset', () => {
   });
 
   it('mixes active and closed, completed and retired', () => {
-    for (const flags of [data.runs.map((r) => r.is_closed), data.sessions.map((s) => s.is_closed),
-      data.milestones.map((m) => m.is_completed), data.projects.map((p) => p.is_completed), data.sources.map((s) => s.is_retired)]) {
+    for (const flags of [
+      data.runs.map((r) => r.is_closed),
+      data.sessions.map((s) => s.is_closed),
+      data.milestones.map((m) => m.is_completed),
+      data.projects.map((p) => p.is_completed),
+      data.sources.map((s) => s.is_retired),
+    ]) {
       expect(flags).toContain(true);
       expect(flags).toContain(false);
     }

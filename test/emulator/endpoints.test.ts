@@ -17,34 +17,121 @@ const STAMPS = { created_at: 'time', created_by: 'int', updated_at: 'time?', upd
 const COUNTERS: Record<string, FieldType> = Object.fromEntries([
   ['untested_count', 'int'],
   ...Array.from({ length: 24 }, (_, i) => [`status${i + 1}_count`, 'int']),
-  ['success_count', 'int'], ['failure_count', 'int'], ['completed_count', 'int'], ['total_count', 'int'],
+  ['success_count', 'int'],
+  ['failure_count', 'int'],
+  ['completed_count', 'int'],
+  ['total_count', 'int'],
 ]);
 const CLOSABLE = { ...COUNTERS, is_closed: 'bool', closed_at: 'time?', closed_by: 'int?' } as const;
 
 /** Every field the spec lists, per resource, with its type; `?` marks nullable. */
 const SHAPES: Record<string, Record<string, FieldType>> = {
-  user: { id: 'int', name: 'string', email: 'string', type: 'int', timezone: 'string?', date_format: 'string?', time_format: 'string?', role_id: 'int', groups: 'ints', ...STAMPS, created_by: 'int?' },
+  user: {
+    id: 'int',
+    name: 'string',
+    email: 'string',
+    type: 'int',
+    timezone: 'string?',
+    date_format: 'string?',
+    time_format: 'string?',
+    role_id: 'int',
+    groups: 'ints',
+    ...STAMPS,
+    created_by: 'int?',
+  },
   projectUser: { id: 'int', name: 'string' },
-  project: { id: 'int', name: 'string', note: 'string?', is_completed: 'bool', milestone_count: 'int', milestone_active_count: 'int', milestone_completed_count: 'int', ...STAMPS, completed_at: 'time?' },
+  project: {
+    id: 'int',
+    name: 'string',
+    note: 'string?',
+    is_completed: 'bool',
+    milestone_count: 'int',
+    milestone_active_count: 'int',
+    milestone_completed_count: 'int',
+    ...STAMPS,
+    completed_at: 'time?',
+  },
   run: { id: 'int', project_id: 'int', name: 'string', config_id: 'int', milestone_id: 'int', state_id: 'int', tags: 'strings', ...CLOSABLE, ...STAMPS },
-  session: { id: 'int', project_id: 'int', name: 'string', config_id: 'int', milestone_id: 'int', state_id: 'int', template_id: 'int', assignee_id: 'int?', tags: 'strings', field_values: 'ints', ...CLOSABLE, ...STAMPS },
-  milestone: { id: 'int', project_id: 'int', root_id: 'int?', parent_id: 'int?', name: 'string', type_id: 'int', automation_tags: 'strings', is_completed: 'bool', ...STAMPS, completed_at: 'time?' },
-  source: { id: 'int', project_id: 'int', name: 'string', status: 'int', is_retired: 'bool', run_count: 'int', test_count_average: 'int', elapsed_average: 'int', ran_at: 'time', ...STAMPS, retired_at: 'time?', retired_by: 'int?' },
+  session: {
+    id: 'int',
+    project_id: 'int',
+    name: 'string',
+    config_id: 'int',
+    milestone_id: 'int',
+    state_id: 'int',
+    template_id: 'int',
+    assignee_id: 'int?',
+    tags: 'strings',
+    field_values: 'ints',
+    ...CLOSABLE,
+    ...STAMPS,
+  },
+  milestone: {
+    id: 'int',
+    project_id: 'int',
+    root_id: 'int?',
+    parent_id: 'int?',
+    name: 'string',
+    type_id: 'int',
+    automation_tags: 'strings',
+    is_completed: 'bool',
+    ...STAMPS,
+    completed_at: 'time?',
+  },
+  source: {
+    id: 'int',
+    project_id: 'int',
+    name: 'string',
+    status: 'int',
+    is_retired: 'bool',
+    run_count: 'int',
+    test_count_average: 'int',
+    elapsed_average: 'int',
+    ran_at: 'time',
+    ...STAMPS,
+    retired_at: 'time?',
+    retired_by: 'int?',
+  },
   role: { id: 'int', name: 'string', permissions: 'int', is_default: 'bool', ...STAMPS },
   group: { id: 'int', name: 'string', members: 'ints', ...STAMPS },
-  result: { id: 'int', project_id: 'int', run_id: 'int', test_id: 'int', case_id: 'int', status_id: 'int', note: 'string', elapsed: 'int', assignee_id: 'int?', is_latest: 'bool', issues: 'array', created_at: 'time', created_by: 'int', updated_at: 'time?', updated_by: 'int?', deleted_at: 'time?', deleted_by: 'int?' },
+  result: {
+    id: 'int',
+    project_id: 'int',
+    run_id: 'int',
+    test_id: 'int',
+    case_id: 'int',
+    status_id: 'int',
+    note: 'string',
+    elapsed: 'int',
+    assignee_id: 'int?',
+    is_latest: 'bool',
+    issues: 'array',
+    created_at: 'time',
+    created_by: 'int',
+    updated_at: 'time?',
+    updated_by: 'int?',
+    deleted_at: 'time?',
+    deleted_by: 'int?',
+  },
 };
 
 function matchesType(v: unknown, t: FieldType): boolean {
   if (t.endsWith('?') && v === null) return true;
   switch (t.replace('?', '')) {
-    case 'int': return Number.isInteger(v);
-    case 'string': return typeof v === 'string';
-    case 'bool': return typeof v === 'boolean';
-    case 'time': return typeof v === 'string' && ISO_MS.test(v);
-    case 'ints': return Array.isArray(v) && v.every(Number.isInteger);
-    case 'strings': return Array.isArray(v) && v.every((x) => typeof x === 'string');
-    default: return Array.isArray(v);
+    case 'int':
+      return Number.isInteger(v);
+    case 'string':
+      return typeof v === 'string';
+    case 'bool':
+      return typeof v === 'boolean';
+    case 'time':
+      return typeof v === 'string' && ISO_MS.test(v);
+    case 'ints':
+      return Array.isArray(v) && v.every(Number.isInteger);
+    case 'strings':
+      return Array.isArray(v) && v.every((x) => typeof x === 'string');
+    default:
+      return Array.isArray(v);
   }
 }
 
@@ -56,13 +143,26 @@ function assertShape(item: Record<string, unknown>, shape: Record<string, FieldT
 }
 
 const LISTS: [string, string][] = [
-  ['/users', 'user'], ['/projects/1/users', 'projectUser'], ['/projects', 'project'], ['/projects/1/runs', 'run'],
-  ['/runs/1/results', 'result'], ['/projects/1/milestones', 'milestone'], ['/projects/1/sessions', 'session'],
-  ['/projects/1/automation/sources', 'source'], ['/roles', 'role'], ['/groups', 'group'],
+  ['/users', 'user'],
+  ['/projects/1/users', 'projectUser'],
+  ['/projects', 'project'],
+  ['/projects/1/runs', 'run'],
+  ['/runs/1/results', 'result'],
+  ['/projects/1/milestones', 'milestone'],
+  ['/projects/1/sessions', 'session'],
+  ['/projects/1/automation/sources', 'source'],
+  ['/roles', 'role'],
+  ['/groups', 'group'],
 ];
 const SINGLES: [string, string][] = [
-  ['/users/2', 'user'], ['/projects/1', 'project'], ['/runs/1', 'run'], ['/milestones/1', 'milestone'],
-  ['/sessions/1', 'session'], ['/automation/sources/1', 'source'], ['/roles/1', 'role'], ['/groups/1', 'group'],
+  ['/users/2', 'user'],
+  ['/projects/1', 'project'],
+  ['/runs/1', 'run'],
+  ['/milestones/1', 'milestone'],
+  ['/sessions/1', 'session'],
+  ['/automation/sources/1', 'source'],
+  ['/roles/1', 'role'],
+  ['/groups/1', 'group'],
 ];
 
 describe('every endpoint', () => {

@@ -7,8 +7,12 @@ let admin: string;
 /** Unfiltered lists, the oracle each filter is checked against. */
 const all: Record<string, any[]> = {};
 const LISTS = {
-  runs: '/projects/1/runs', sessions: '/projects/1/sessions', milestones: '/projects/1/milestones',
-  sources: '/projects/1/automation/sources', projects: '/projects', results: '/runs/3/results',
+  runs: '/projects/1/runs',
+  sessions: '/projects/1/sessions',
+  milestones: '/projects/1/milestones',
+  sources: '/projects/1/automation/sources',
+  projects: '/projects',
+  results: '/runs/3/results',
 };
 
 beforeAll(async () => {
@@ -27,7 +31,12 @@ const before = (f: string) => (x: any) => ms(x[f]) !== null && ms(x[f])! < t;
 function two(list: string, f: string): number[] {
   const counts = new Map<number, number>();
   for (const x of all[list]!) counts.set(x[f], (counts.get(x[f]) ?? 0) + 1);
-  return [...counts].filter(([k]) => k !== null).sort((a, b) => b[1] - a[1]).slice(0, 2).map(([k]) => k).sort((a, b) => a - b);
+  return [...counts]
+    .filter(([k]) => k !== null)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 2)
+    .map(([k]) => k)
+    .sort((a, b) => a - b);
 }
 
 /** The most common element of an array field. */
@@ -81,7 +90,11 @@ const CASES: Case[] = [
   ['results', () => `created_by=${two('results', 'created_by')}`, () => (x) => two('results', 'created_by').includes(x.created_by)],
   ['results', () => `assignee_id=${two('results', 'assignee_id')[0]}`, () => (x) => x.assignee_id === two('results', 'assignee_id')[0]],
   ['results', () => 'assignee_id=0', () => (x) => x.assignee_id === null],
-  ['results', () => `assignee_id=0,${two('results', 'assignee_id')[0]}`, () => (x) => x.assignee_id === null || x.assignee_id === two('results', 'assignee_id')[0]],
+  [
+    'results',
+    () => `assignee_id=0,${two('results', 'assignee_id')[0]}`,
+    () => (x) => x.assignee_id === null || x.assignee_id === two('results', 'assignee_id')[0],
+  ],
   ['results', () => 'status_id=3,5', () => (x) => x.status_id === 3 || x.status_id === 5],
   ['results', () => 'get_latest_result=1', () => (x) => x.is_latest],
   ['results', () => 'get_latest_result=true&status_id=2', () => (x) => x.is_latest && x.status_id === 2],

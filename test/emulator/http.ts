@@ -25,7 +25,7 @@ export async function get(url: string, token?: string): Promise<Answer> {
 export async function getAll(url: string, token: string): Promise<any[]> {
   const items: any[] = [];
   const sep = url.includes('?') ? '&' : '?';
-  for (let page: number | null = 1; page !== null; ) {
+  for (let page: number | null = 1; page !== null;) {
     const a = await get(`${url}${sep}per_page=100&page=${page}`, token);
     if (a.status !== 200) throw new Error(`${url} → ${a.status} ${a.text}`);
     const body = a.json();

@@ -127,7 +127,11 @@ describe('mutations', () => {
   });
 
   it.each([
-    [{ op: 'explode' }, 'op', 'The op must be one of close_run, close_session, complete_milestone, add_result, rename_project, revoke_token, issue_token, grant_project, revoke_project, deny_area, allow_area.'],
+    [
+      { op: 'explode' },
+      'op',
+      'The op must be one of close_run, close_session, complete_milestone, add_result, rename_project, revoke_token, issue_token, grant_project, revoke_project, deny_area, allow_area.',
+    ],
     [{ run_id: 1 }, 'op', 'The op is required.'],
     [{ op: 'close_session' }, 'session_id', 'The session_id is required.'],
     [{ op: 'close_session', session_id: true }, 'session_id', 'The session_id must be integer.'],

@@ -40,15 +40,12 @@ const SORTS: [string, string, string][] = [
 ];
 
 describe('sorting', () => {
-  it.each(SORTS.flatMap(([p, s, f]) => (['asc', 'desc'] as const).map((o) => ({ p, s, f, o }))))(
-    'sorts $p by $s $o',
-    async ({ p, s, f, o }) => {
-      const items = await getAll(api(`${p}?sort=${s}&order=${o}`), admin);
-      expect(items.length).toBeGreaterThan(1);
-      expect(isOrdered(items, f, o)).toBe(true);
-      expect(isOrdered(items, f, o === 'asc' ? 'desc' : 'asc')).toBe(false);
-    },
-  );
+  it.each(SORTS.flatMap(([p, s, f]) => (['asc', 'desc'] as const).map((o) => ({ p, s, f, o }))))('sorts $p by $s $o', async ({ p, s, f, o }) => {
+    const items = await getAll(api(`${p}?sort=${s}&order=${o}`), admin);
+    expect(items.length).toBeGreaterThan(1);
+    expect(isOrdered(items, f, o)).toBe(true);
+    expect(isOrdered(items, f, o === 'asc' ? 'desc' : 'asc')).toBe(false);
+  });
 
   it.each(['/projects', '/projects/1/runs', '/runs/3/results', '/projects/1/milestones', '/projects/1/sessions', '/projects/1/automation/sources'])(
     'orders %s newest first without sort or order',

@@ -48,7 +48,11 @@ function actionsOf(text: string): Action[] {
     const close = actionEnd(text, open + 2);
     const inside = close === -1 ? '' : text.slice(open + 2, close).replace(/"(?:[^"\\]|\\.)*"|`[^`]*`/g, '""');
     if (close === -1 || inside.includes('{{')) throw new Error(`"{{" without "}}" at line ${lineAt(text, open)}`);
-    const body = text.slice(open + 2, close).replace(/^-\s?/, '').replace(/\s?-$/, '').trim();
+    const body = text
+      .slice(open + 2, close)
+      .replace(/^-\s?/, '')
+      .replace(/\s?-$/, '')
+      .trim();
     actions.push({ body, line: lineAt(text, open) });
     at = close + 2;
   }
@@ -91,7 +95,11 @@ function valuesReferences(text: string): string[] {
   return [...text.matchAll(/\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)/g)].map((m) => m[1]!.slice(1));
 }
 
-interface SchemaNode { properties?: Record<string, SchemaNode>; $ref?: string; definitions?: Record<string, SchemaNode> }
+interface SchemaNode {
+  properties?: Record<string, SchemaNode>;
+  $ref?: string;
+  definitions?: Record<string, SchemaNode>;
+}
 
 /** Whether values.schema.json declares a dotted path by name (following $ref to its definitions). */
 function schemaHasPath(path: string): boolean {
@@ -112,7 +120,6 @@ function hasPath(tree: unknown, path: string): boolean {
   }
   return true;
 }
-
 
 describe('Chart.yaml', () => {
   it('describes a v2 application chart named tm-cache with a semver version', () => {
@@ -141,8 +148,20 @@ describe('templates', () => {
   it('include the expected resources', () => {
     expect(templates.map((t) => t.name)).toEqual(
       expect.arrayContaining([
-        'NOTES.txt', '_helpers.tpl', 'configmap.yaml', 'dashboard.yaml', 'deployment.yaml', 'hpa.yaml', 'management-service.yaml',
-        'networkpolicy.yaml', 'pdb.yaml', 'podmonitor.yaml', 'prometheusrule.yaml', 'secret.yaml', 'service.yaml', 'serviceaccount.yaml',
+        'NOTES.txt',
+        '_helpers.tpl',
+        'configmap.yaml',
+        'dashboard.yaml',
+        'deployment.yaml',
+        'hpa.yaml',
+        'management-service.yaml',
+        'networkpolicy.yaml',
+        'pdb.yaml',
+        'podmonitor.yaml',
+        'prometheusrule.yaml',
+        'secret.yaml',
+        'service.yaml',
+        'serviceaccount.yaml',
         'servicemonitor.yaml',
       ]),
     );

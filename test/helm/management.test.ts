@@ -40,20 +40,22 @@ const objectsOf = (r: Rendered, kind: string) => r.objects.filter((o) => o['kind
 function servicePorts(r: Rendered): Record<string, number[]> {
   const c = containerOf(r);
   const byName = new Map(c.ports.map((p) => [p.name, p.containerPort]));
-  return Object.fromEntries(objectsOf(r, 'Service').map((s) => [s['metadata']['name'], (s['spec']['ports'] as { targetPort: string }[]).map((p) => byName.get(p.targetPort)!)]));
+  return Object.fromEntries(
+    objectsOf(r, 'Service').map((s) => [s['metadata']['name'], (s['spec']['ports'] as { targetPort: string }[]).map((p) => byName.get(p.targetPort)!)]),
+  );
 }
 
-describe('the proxy\'s Service', () => {
-  it.each([['values.yaml defaults', [REQUIRED]], ['ci/all-features-values.yaml', [example('all-features-values.yaml')]]])(
-    'carries the proxy port only; the management port is on its own ClusterIP Service (%s)',
-    (_, overrides) => {
-      const r = renderChart(CHART, overrides);
-      const values = r.values as any;
-      expect(servicePorts(r)).toEqual({ 'rel-tm-cache': [values.containerPorts.proxy], 'rel-tm-cache-management': [values.containerPorts.management] });
-      const management = objectsOf(r, 'Service').find((s) => s['metadata']['name'] === 'rel-tm-cache-management')!;
-      expect(management['spec']['type']).toBe('ClusterIP');
-    },
-  );
+describe("the proxy's Service", () => {
+  it.each([
+    ['values.yaml defaults', [REQUIRED]],
+    ['ci/all-features-values.yaml', [example('all-features-values.yaml')]],
+  ])('carries the proxy port only; the management port is on its own ClusterIP Service (%s)', (_, overrides) => {
+    const r = renderChart(CHART, overrides);
+    const values = r.values as any;
+    expect(servicePorts(r)).toEqual({ 'rel-tm-cache': [values.containerPorts.proxy], 'rel-tm-cache-management': [values.containerPorts.management] });
+    const management = objectsOf(r, 'Service').find((s) => s['metadata']['name'] === 'rel-tm-cache-management')!;
+    expect(management['spec']['type']).toBe('ClusterIP');
+  });
 
   it('keeps the management port off it even when the proxy is exposed by a LoadBalancer', () => {
     const r = renderChart(CHART, [REQUIRED, { service: { type: 'LoadBalancer' } }]);
@@ -68,11 +70,15 @@ describe('the proxy\'s Service', () => {
     expect(r.outputs.get('NOTES.txt')).toContain('port-forward deploy/rel-tm-cache 9090:9090');
   });
 
-  it('is not what the ServiceMonitor selects: its selector matches the management Service\'s labels only', () => {
+  it("is not what the ServiceMonitor selects: its selector matches the management Service's labels only", () => {
     const r = renderChart(CHART, [example('all-features-values.yaml')]);
     const selector = r.find('ServiceMonitor')['spec']['selector']['matchLabels'] as Record<string, string>;
     const matches = (s: Record<string, any>) => Object.entries(selector).every(([k, v]) => s['metadata']['labels'][k] === v);
-    expect(objectsOf(r, 'Service').filter(matches).map((s) => s['metadata']['name'])).toEqual(['rel-tm-cache-management']);
+    expect(
+      objectsOf(r, 'Service')
+        .filter(matches)
+        .map((s) => s['metadata']['name']),
+    ).toEqual(['rel-tm-cache-management']);
   });
 
   it('refuses a ServiceMonitor without the management Service it scrapes through', () => {
@@ -96,7 +102,7 @@ describe('networkPolicy', () => {
     });
   });
 
-  it('opens the proxy port to proxyFrom and the management port to managementFrom only, by the container\'s port names', () => {
+  it("opens the proxy port to proxyFrom and the management port to managementFrom only, by the container's port names", () => {
     const proxyFrom = [{ namespaceSelector: { matchLabels: { team: 'qa' } } }];
     const managementFrom = [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } }];
     const r = renderChart(CHART, [REQUIRED, { networkPolicy: { enabled: true, proxyFrom, managementFrom } }]);
@@ -108,7 +114,7 @@ describe('networkPolicy', () => {
     expect(r.outputs.get('NOTES.txt')).toContain('reachable only from networkPolicy.managementFrom');
   });
 
-  it('is refused in mode sidecar, where the pods and their policy are the application\'s', () => {
+  it("is refused in mode sidecar, where the pods and their policy are the application's", () => {
     expect(() => renderChart(CHART, [SIDECAR, { networkPolicy: { enabled: true } }])).toThrow(/networkPolicy\.enabled is for mode standalone/);
   });
 });
@@ -121,13 +127,13 @@ describe('mode sidecar', () => {
     for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) expect(c[probe]['exec']['command'].slice(0, 2)).toEqual(['node', '-e']);
   });
 
-  it('listens on the pod\'s IP, probed over HTTP, only when sidecar.managementHost asks for it', () => {
+  it("listens on the pod's IP, probed over HTTP, only when sidecar.managementHost asks for it", () => {
     const c = containerOf(renderChart(CHART, [SIDECAR, { sidecar: { managementHost: '0.0.0.0' } }]));
     expect(envValue(c, 'TM_CACHE_MANAGEMENT_HOST')).toBe('0.0.0.0');
     expect(c['readinessProbe']['httpGet']).toEqual({ path: '/readyz', port: 'tmc-management' });
   });
 
-  it('is scraped by a PodMonitor selecting the application\'s pods, on the sidecar\'s management port by name', () => {
+  it("is scraped by a PodMonitor selecting the application's pods, on the sidecar's management port by name", () => {
     const r = renderChart(CHART, [example('sidecar-values.yaml')]);
     const monitor = r.find('PodMonitor');
     expect(monitor['spec']).toEqual({
@@ -138,23 +144,37 @@ describe('mode sidecar', () => {
     expect(containerOf(r).ports.map((p) => p.name)).toContain('tmc-management');
   });
 
-  it('alerts by the PodMonitor\'s job (<namespace>/<name>) unless a selector is given', () => {
+  it("alerts by the PodMonitor's job (<namespace>/<name>) unless a selector is given", () => {
     const r = renderChart(CHART, [example('sidecar-values.yaml'), { metrics: { prometheusRule: { selector: '' }, podMonitor: { namespaces: [] } } }]);
     expect(r.find('PodMonitor')['spec']['namespaceSelector']).toEqual({ matchNames: ['ns'] });
     for (const rule of r.find('PrometheusRule')['spec']['groups'][0]['rules'] as { expr: string }[]) expect(rule.expr).toContain('{job="ns/rel-tm-cache"');
   });
 
   it.each([
-    ['a PodMonitor of a loopback management port', [SIDECAR, { metrics: { podMonitor: { enabled: true, podSelector: { app: 'x' } } } }], /metrics\.podMonitor cannot scrape a management port on 127\.0\.0\.1: set sidecar\.managementHost=0\.0\.0\.0/],
-    ['a PodMonitor without podSelector', [SIDECAR, { sidecar: { managementHost: '0.0.0.0' }, metrics: { podMonitor: { enabled: true } } }], /metrics\.podMonitor\.podSelector is required/],
+    [
+      'a PodMonitor of a loopback management port',
+      [SIDECAR, { metrics: { podMonitor: { enabled: true, podSelector: { app: 'x' } } } }],
+      /metrics\.podMonitor cannot scrape a management port on 127\.0\.0\.1: set sidecar\.managementHost=0\.0\.0\.0/,
+    ],
+    [
+      'a PodMonitor without podSelector',
+      [SIDECAR, { sidecar: { managementHost: '0.0.0.0' }, metrics: { podMonitor: { enabled: true } } }],
+      /metrics\.podMonitor\.podSelector is required/,
+    ],
     ['a ServiceMonitor', [SIDECAR, { metrics: { serviceMonitor: { enabled: true } } }], /metrics\.serviceMonitor is for mode standalone/],
-    ['another management address', [SIDECAR, { sidecar: { managementHost: '10.1.2.3' } }], /sidecar\.managementHost: "10\.1\.2\.3" is not one of 127\.0\.0\.1, 0\.0\.0\.0/],
+    [
+      'another management address',
+      [SIDECAR, { sidecar: { managementHost: '10.1.2.3' } }],
+      /sidecar\.managementHost: "10\.1\.2\.3" is not one of 127\.0\.0\.1, 0\.0\.0\.0/,
+    ],
   ])('refuses %s, saying what to do', (_, overrides, error) => {
     expect(() => renderChart(CHART, overrides)).toThrow(error);
   });
 
   it('refuses a PodMonitor in mode standalone (the ServiceMonitor is its monitor)', () => {
-    expect(() => renderChart(CHART, [REQUIRED, { metrics: { podMonitor: { enabled: true, podSelector: { app: 'x' } } } }])).toThrow(/metrics\.podMonitor is for mode sidecar/);
+    expect(() => renderChart(CHART, [REQUIRED, { metrics: { podMonitor: { enabled: true, podSelector: { app: 'x' } } } }])).toThrow(
+      /metrics\.podMonitor is for mode sidecar/,
+    );
   });
 });
 
@@ -163,12 +183,17 @@ describe('mode sidecar', () => {
 const run = (command: readonly string[], env: Record<string, string>) =>
   new Promise<number>((done) => {
     // The image's `node` is the node running these tests.
-    const child = execFile(command[0] === 'node' ? process.execPath : command[0]!, command.slice(1), { env: { PATH: process.env['PATH'] ?? '', ...env }, timeout: 20_000 });
+    const child = execFile(command[0] === 'node' ? process.execPath : command[0]!, command.slice(1), {
+      env: { PATH: process.env['PATH'] ?? '', ...env },
+      timeout: 20_000,
+    });
     child.on('exit', (code) => done(code ?? -1));
   });
 
 /** An address of this machine other than loopback, to knock on from "the pod network"; undefined when it has none. */
-const outsideAddress = Object.values(networkInterfaces()).flat().find((a) => a !== undefined && a.family === 'IPv4' && !a.internal)?.address;
+const outsideAddress = Object.values(networkInterfaces())
+  .flat()
+  .find((a) => a !== undefined && a.family === 'IPv4' && !a.internal)?.address;
 
 const reachable = (host: string, port: number) =>
   new Promise<boolean>((done) => {
@@ -238,7 +263,9 @@ describe('sizing', () => {
   });
 
   it('follows config.cache.memory.maxBytes (rounded up to whole MiB) and sizing.overheadMiB', () => {
-    expect(nodeOptionsOf([{ resources: { limits: { memory: '2Gi' } }, config: { cache: { memory: { maxBytes: 1024 * MiB + 1 } } } }])).toBe(`--max-old-space-size=${2048 - 1025 - 96}`);
+    expect(nodeOptionsOf([{ resources: { limits: { memory: '2Gi' } }, config: { cache: { memory: { maxBytes: 1024 * MiB + 1 } } } }])).toBe(
+      `--max-old-space-size=${2048 - 1025 - 96}`,
+    );
     expect(nodeOptionsOf([{ sizing: { overheadMiB: 64 } }])).toBe(`--max-old-space-size=${512 - 256 - 64}`);
   });
 
@@ -252,20 +279,28 @@ describe('sizing', () => {
       'resources.limits.memory (256 MiB) cannot hold config.cache.memory.maxBytes (256 MiB) + sizing.overheadMiB (96) + sizing.minHeapMiB (128): raise the limit to at least 480Mi or lower maxBytes',
     );
     expect(() => renderChart(CHART, [REQUIRED, { resources: { limits: { memory: '480Mi' } } }])).not.toThrow();
-    expect(() => renderChart(CHART, [REQUIRED, { resources: { limits: { memory: '1Gi' } }, config: { cache: { memory: { maxBytes: 1024 * MiB } } } }])).toThrow(/at least 1248Mi/);
+    expect(() => renderChart(CHART, [REQUIRED, { resources: { limits: { memory: '1Gi' } }, config: { cache: { memory: { maxBytes: 1024 * MiB } } } }])).toThrow(
+      /at least 1248Mi/,
+    );
     // The check holds with heapFromLimit off too: the memory tier must fit in the limit either way.
     expect(() => renderChart(CHART, [REQUIRED, { sizing: { heapFromLimit: false }, resources: { limits: { memory: '300Mi' } } }])).toThrow(/at least 480Mi/);
   });
 
   it('refuses a fractional memory limit it cannot read, naming it', () => {
-    expect(() => renderChart(CHART, [REQUIRED, { resources: { limits: { memory: '0.5Gi' } } }])).toThrow('resources.limits.memory: "0.5Gi" is not a whole memory quantity such as 512Mi or 1Gi');
+    expect(() => renderChart(CHART, [REQUIRED, { resources: { limits: { memory: '0.5Gi' } } }])).toThrow(
+      'resources.limits.memory: "0.5Gi" is not a whole memory quantity such as 512Mi or 1Gi',
+    );
   });
 
   it('passes an option node honours: its heap limit becomes that size', async () => {
     const nodeOptions = nodeOptionsOf([])!;
     const limit = await new Promise<number>((done, fail) =>
-      execFile(process.execPath, ['-e', 'console.log(require("v8").getHeapStatistics().heap_size_limit)'], { env: { NODE_OPTIONS: nodeOptions } }, (error, out) =>
-        error ? fail(error) : done(Number(out.trim()))),
+      execFile(
+        process.execPath,
+        ['-e', 'console.log(require("v8").getHeapStatistics().heap_size_limit)'],
+        { env: { NODE_OPTIONS: nodeOptions } },
+        (error, out) => (error ? fail(error) : done(Number(out.trim()))),
+      ),
     );
     // heap_size_limit is the old generation plus the young one (a few MiB): 160 MiB and a little, far below Node's own default.
     expect(limit / MiB).toBeGreaterThanOrEqual(160);

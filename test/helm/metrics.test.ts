@@ -31,9 +31,7 @@ export function metricNames(expr: string): string[] {
     .replace(/\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, ' ')
     .replace(/\$\{?\w+\}?/g, ' ')
     .replace(/\b\d+(\.\d+)?(e[+-]?\d+)?\b/gi, ' ');
-  const names = [...stripped.matchAll(/([A-Za-z_:][\w:]*)(\s*\()?/g)]
-    .filter((m) => m[2] === undefined && !KEYWORDS.has(m[1]!.toLowerCase()))
-    .map((m) => m[1]!);
+  const names = [...stripped.matchAll(/([A-Za-z_:][\w:]*)(\s*\()?/g)].filter((m) => m[2] === undefined && !KEYWORDS.has(m[1]!.toLowerCase())).map((m) => m[1]!);
   return [...new Set(names)];
 }
 
@@ -48,7 +46,11 @@ function exposedSeries(text: string): Set<string> {
   return series;
 }
 
-interface Panel { title?: string; targets?: { expr?: string }[]; panels?: Panel[] }
+interface Panel {
+  title?: string;
+  targets?: { expr?: string }[];
+  panels?: Panel[];
+}
 
 function dashboardQueries(): { where: string; expr: string }[] {
   const dashboard = JSON.parse(readFileSync(join(CHART, 'dashboards/tm-cache.json'), 'utf8')) as {
@@ -119,7 +121,9 @@ describe('the dashboard and the alert rules', () => {
 
   it('query only metrics that /metrics exposes', () => {
     const missing = [...dashboardQueries(), ...ruleQueries()].flatMap((q) =>
-      metricNames(q.expr).filter((name) => !exposed.has(name) && !SCRAPE_SERIES.has(name)).map((name) => `${name} (${q.where})`),
+      metricNames(q.expr)
+        .filter((name) => !exposed.has(name) && !SCRAPE_SERIES.has(name))
+        .map((name) => `${name} (${q.where})`),
     );
     expect([...new Set(missing)]).toEqual([]);
   });

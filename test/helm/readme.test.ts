@@ -55,16 +55,22 @@ describe('the chart README', () => {
     for (const install of INSTALLS) expect(install).toContain('--set image.repository=');
   });
 
-  it.each(INSTALLS.map((command) => [command.split('\n').slice(1).join(' ').replace(/\s+\\?\s+/g, ' '), command]))(
-    'renders `helm install` as written, and the schema accepts it: %s',
-    (_, command) => {
-      const overrides = setOverrides(command);
-      expect(problemsOf(overrides)).toEqual([]);
-      expect(() => renderChart(CHART, overrides)).not.toThrow();
-    },
-  );
+  it.each(
+    INSTALLS.map((command) => [
+      command
+        .split('\n')
+        .slice(1)
+        .join(' ')
+        .replace(/\s+\\?\s+/g, ' '),
+      command,
+    ]),
+  )('renders `helm install` as written, and the schema accepts it: %s', (_, command) => {
+    const overrides = setOverrides(command);
+    expect(problemsOf(overrides)).toEqual([]);
+    expect(() => renderChart(CHART, overrides)).not.toThrow();
+  });
 
-  it.each(VALUES_BLOCKS.map((b) => [b.split('\n')[0]!, b]))('renders the %s block with the schema\'s approval', (_, block) => {
+  it.each(VALUES_BLOCKS.map((b) => [b.split('\n')[0]!, b]))("renders the %s block with the schema's approval", (_, block) => {
     const overrides = [REQUIRED, parseYaml(block) as object];
     expect(problemsOf(overrides)).toEqual([]);
     expect(renderChart(CHART, overrides).objects.length).toBeGreaterThan(0);
@@ -76,7 +82,7 @@ describe('the chart README', () => {
     expect(documented).toEqual(Object.keys(defaults));
   });
 
-  it('states the sizing rule\'s default as the chart renders it', () => {
+  it("states the sizing rule's default as the chart renders it", () => {
     const c = renderChart(CHART, [REQUIRED]).find('Deployment')['spec']['template']['spec']['containers'][0] as { env: { name: string; value?: string }[] };
     const heap = c.env.find((e) => e.name === 'NODE_OPTIONS')!.value!.replace('--max-old-space-size=', '');
     expect(readme).toContain(`| 512Mi (default) | 268435456 (256 MiB, default) | ${heap} MiB |`);

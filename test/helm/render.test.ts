@@ -66,7 +66,9 @@ function loadRendered(r: Rendered): Config {
 
 describe('the renderer', () => {
   it('prints a values.yaml number as helm does (a float64: 1000000 is 1e+06) and an int plainly', () => {
-    expect(renderText('{{ .Values.n }} {{ int .Values.n }} {{ .Values.p }} {{ mul .Values.n 2 }}', { n: 1_000_000, p: 8080 })).toBe('1e+06 1000000 8080 2000000');
+    expect(renderText('{{ .Values.n }} {{ int .Values.n }} {{ .Values.p }} {{ mul .Values.n 2 }}', { n: 1_000_000, p: 8080 })).toBe(
+      '1e+06 1000000 8080 2000000',
+    );
   });
 
   it('refuses what helm refuses: comparing a values.yaml number with an int, a field of a missing value, an unknown function', () => {
@@ -86,12 +88,14 @@ describe('the renderer', () => {
     expect(renderText(text, { m: { b: 2, a: 1 }, none: '', s: 'y' })).toBe('ab {{x}}a=1;b=2; 2 two "[y]"');
   });
 
-  it('has the Sprig functions the chart\'s sizing and monitors use: dig, get, list, sub, lt, toString, regexMatch, regexReplaceAll', () => {
+  it("has the Sprig functions the chart's sizing and monitors use: dig, get, list, sub, lt, toString, regexMatch, regexReplaceAll", () => {
     const values = { r: { limits: { memory: '512Mi' } }, n: 9090 };
     expect(renderText('{{ dig "limits" "memory" "none" .Values.r }} {{ dig "requests" "cpu" "none" .Values.r }}', values)).toBe('512Mi none');
     expect(renderText('{{ get (dict "Mi" 1048576) "Mi" }} {{ get (dict "Mi" 1) "Gi" | quote }} {{ list 1 "a" }}', values)).toBe('1048576 "" [1 a]');
     expect(renderText('{{ sub 10 3 }} {{ lt 2 3 }} {{ lt (int .Values.n) 80 }} {{ toString .Values.n }}', values)).toBe('7 true false 9090');
-    expect(renderText('{{ regexMatch "^[0-9]+(Mi|Gi)?$" "512Mi" }} {{ regexMatch "^[0-9]+(Mi|Gi)?$" "0.5Gi" }} {{ regexReplaceAll "[^0-9]" "512Mi" "" }}', values)).toBe('true false 512');
+    expect(
+      renderText('{{ regexMatch "^[0-9]+(Mi|Gi)?$" "512Mi" }} {{ regexMatch "^[0-9]+(Mi|Gi)?$" "0.5Gi" }} {{ regexReplaceAll "[^0-9]" "512Mi" "" }}', values),
+    ).toBe('true false 512');
   });
 
   it('throws on an unclosed block', () => {
@@ -136,7 +140,11 @@ describe.each(RENDERINGS)('the chart rendered with %s', (_, overrides) => {
   it('runs tm-cache locked down: non-root, read-only root filesystem, no capabilities, no privilege escalation, RuntimeDefault seccomp', () => {
     const c = containerOf(r);
     expect(c['securityContext']).toMatchObject({
-      runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] }, seccompProfile: { type: 'RuntimeDefault' },
+      runAsNonRoot: true,
+      readOnlyRootFilesystem: true,
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
     });
     if (r.values['mode'] === 'standalone') {
       const pod = r.find('Deployment')['spec']['template']['spec'];
@@ -165,7 +173,9 @@ describe.each(RENDERINGS)('the chart rendered with %s', (_, overrides) => {
     const service = r.objects.find((o) => o['kind'] === 'Service' && o['metadata']['name'] === 'rel-tm-cache')!;
     expect(service['spec']['ports']).toEqual([{ name: 'proxy', port: values.service.port, targetPort: proxy.name, protocol: 'TCP' }]);
     const managementService = r.objects.find((o) => o['kind'] === 'Service' && o['metadata']['name'] === 'rel-tm-cache-management')!;
-    expect(managementService['spec']['ports']).toEqual([{ name: 'management', port: values.managementService.port, targetPort: management.name, protocol: 'TCP' }]);
+    expect(managementService['spec']['ports']).toEqual([
+      { name: 'management', port: values.managementService.port, targetPort: management.name, protocol: 'TCP' },
+    ]);
     const monitor = r.objects.find((o) => o['kind'] === 'ServiceMonitor');
     if (monitor !== undefined) expect(monitor['spec']['endpoints'][0]['port']).toBe('management');
   });
@@ -185,11 +195,19 @@ describe('values.yaml defaults', () => {
   const r = renderChart(CHART, [UPSTREAM]);
 
   it('render a standalone Deployment of 2 pods, its Service and management Service, ServiceAccount, ConfigMap, Secret and a PodDisruptionBudget; no monitoring objects', () => {
-    expect(r.objects.map((o) => o['kind']).sort()).toEqual(['ConfigMap', 'Deployment', 'PodDisruptionBudget', 'Secret', 'Service', 'Service', 'ServiceAccount']);
+    expect(r.objects.map((o) => o['kind']).sort()).toEqual([
+      'ConfigMap',
+      'Deployment',
+      'PodDisruptionBudget',
+      'Secret',
+      'Service',
+      'Service',
+      'ServiceAccount',
+    ]);
     expect(r.find('PodDisruptionBudget')['spec']).toMatchObject({ minAvailable: 1 });
   });
 
-  it('hold in `config` only settings at tm-cache\'s own defaults: the chart changes nothing silently', () => {
+  it("hold in `config` only settings at tm-cache's own defaults: the chart changes nothing silently", () => {
     const differing: string[] = [];
     const walk = (node: unknown, defaults: unknown, path: string): void => {
       if (typeof node === 'object' && node !== null && !Array.isArray(node)) {
@@ -205,12 +223,13 @@ describe('values.yaml defaults', () => {
   });
 
   it('refuse to render without image.repository, saying there is no public image and how to build and push one', () => {
-    const refusal = /image\.repository is required: there is no public tm-cache image\. Build it from the repository's Dockerfile and push it .*docker build -t registry\.example\.com\/tm-cache:0\.1\.0 \. && docker push .*--set image\.repository=/;
+    const refusal =
+      /image\.repository is required: there is no public tm-cache image\. Build it from the repository's Dockerfile and push it .*docker build -t registry\.example\.com\/tm-cache:0\.1\.0 \. && docker push .*--set image\.repository=/;
     expect(() => renderChart(CHART, [{ upstream: UPSTREAM.upstream }])).toThrow(refusal);
     expect(() => renderChart(CHART, [example('sidecar-values.yaml'), { image: { repository: '' } }])).toThrow(refusal);
   });
 
-  it('pull image.repository at the chart\'s appVersion unless image.tag says otherwise', () => {
+  it("pull image.repository at the chart's appVersion unless image.tag says otherwise", () => {
     expect(containerOf(renderChart(CHART, [UPSTREAM]))['image']).toBe('registry.example.com/tm-cache:0.1.0');
     expect(containerOf(renderChart(CHART, [UPSTREAM, { image: { tag: '0.1.0-rc1' } }]))['image']).toBe('registry.example.com/tm-cache:0.1.0-rc1');
   });
@@ -235,7 +254,7 @@ describe('values.yaml defaults', () => {
   });
 });
 
-describe('settings the chart renders are checked by tm-cache\'s loader', () => {
+describe("settings the chart renders are checked by tm-cache's loader", () => {
   it('so a key tm-cache does not know fails, naming it', () => {
     const r = renderChart(CHART, [UPSTREAM, { config: { cache: { memroy: { maxBytes: 1 } } } }]);
     expect(() => loadRendered(r)).toThrow(ConfigError);
@@ -269,7 +288,7 @@ describe('a shared Redis', () => {
 });
 
 describe('secrets', () => {
-  it('go into the chart\'s Secret and reach the container by key, the admin token as TM_CACHE_ADMIN_TOKEN', () => {
+  it("go into the chart's Secret and reach the container by key, the admin token as TM_CACHE_ADMIN_TOKEN", () => {
     const r = renderChart(CHART, [example('all-features-values.yaml')]);
     const env = envOf(r, containerOf(r));
     const values = r.values as any;
@@ -297,7 +316,7 @@ describe('secrets', () => {
     ]);
   });
 
-  it('give Sentinel (or a Cluster) its passwords: the servers\' and the sentinels\', by environment, and the config loads with them', () => {
+  it("give Sentinel (or a Cluster) its passwords: the servers' and the sentinels', by environment, and the config loads with them", () => {
     const r = renderChart(CHART, [example('sentinel-values.yaml')]);
     const values = r.values as any;
     expect(envOf(r, containerOf(r))).toMatchObject({
@@ -328,11 +347,17 @@ describe('mode sidecar', () => {
     expect(notes).toContain('initContainers');
     expect(notes).toContain('http://127.0.0.1:18080/api/v1');
     const c = containerOf(r);
-    expect(notes).toContain(r.include('tm-cache.container').split('\n').map((l) => `  ${l}`).join('\n'));
+    expect(notes).toContain(
+      r
+        .include('tm-cache.container')
+        .split('\n')
+        .map((l) => `  ${l}`)
+        .join('\n'),
+    );
     expect(envOf(r, c)).toMatchObject({ TM_CACHE_HOST: '127.0.0.1', TM_CACHE_PORT: '18080', TM_CACHE_MANAGEMENT_PORT: '18081' });
   });
 
-  it('alerts with the configured selector and leaves out the alerts about a Service\'s replicas', () => {
+  it("alerts with the configured selector and leaves out the alerts about a Service's replicas", () => {
     const rules = r.find('PrometheusRule')['spec']['groups'][0]['rules'] as { alert: string; expr: string }[];
     expect(rules.map((rule) => rule.alert)).not.toContain('TmCacheNoReplicaReady');
     for (const rule of rules) expect(rule.expr).toContain('namespace="ci",container="tm-cache"');
@@ -342,22 +367,29 @@ describe('mode sidecar', () => {
 describe('monitoring (all features on)', () => {
   const r = renderChart(CHART, [example('all-features-values.yaml')]);
 
-  it('ships the dashboard file unchanged in a ConfigMap labelled for Grafana\'s sidecar', () => {
+  it("ships the dashboard file unchanged in a ConfigMap labelled for Grafana's sidecar", () => {
     const dashboard = r.objects.find((o) => o['kind'] === 'ConfigMap' && o['metadata']['name'].endsWith('-dashboard'))!;
     expect(dashboard['metadata']['labels']).toMatchObject({ grafana_dashboard: '1' });
     expect(dashboard['metadata']['annotations']).toEqual({ grafana_folder: 'Caches' });
     expect(dashboard['data']['tm-cache.json']).toBe(readFileSync(join(CHART, 'dashboards/tm-cache.json'), 'utf8').replace(/\n$/, ''));
   });
 
-  it('keeps the two dashboards one: ops/grafana-dashboard.json is the chart\'s file, byte for byte', () => {
+  it("keeps the two dashboards one: ops/grafana-dashboard.json is the chart's file, byte for byte", () => {
     expect(readFileSync(join(ROOT, 'ops/grafana-dashboard.json'), 'utf8')).toBe(readFileSync(join(CHART, 'dashboards/tm-cache.json'), 'utf8'));
   });
 
-  it('alerts on hit ratio, upstream 5xx and 429, Redis degraded and no ready replica, for this release\'s series', () => {
+  it("alerts on hit ratio, upstream 5xx and 429, Redis degraded and no ready replica, for this release's series", () => {
     const rule = r.find('PrometheusRule');
     expect(rule['metadata']['labels']).toMatchObject({ release: 'kube-prometheus-stack' });
     const rules = rule['spec']['groups'][0]['rules'] as { alert: string; expr: string; labels: object; annotations: { description: string } }[];
-    expect(rules.map((x) => x.alert)).toEqual(['TmCacheHitRatioLow', 'TmCacheUpstream5xx', 'TmCacheUpstream429', 'TmCacheRedisDegraded', 'TmCacheNoReplicaReady', 'TmCacheScrapeFailing']);
+    expect(rules.map((x) => x.alert)).toEqual([
+      'TmCacheHitRatioLow',
+      'TmCacheUpstream5xx',
+      'TmCacheUpstream429',
+      'TmCacheRedisDegraded',
+      'TmCacheNoReplicaReady',
+      'TmCacheScrapeFailing',
+    ]);
     for (const x of rules) {
       expect(x.expr).toContain('namespace="ns",job="rel-tm-cache-management"');
       expect(x.labels).toMatchObject({ team: 'qa-infra' });
@@ -366,9 +398,13 @@ describe('monitoring (all features on)', () => {
     expect(rules[0]!.expr).toMatch(/< 0\.5\s+and sum\(rate\(tm_cache_requests_total\{[^}]*outcome!="passthrough"\}\[15m\]\)\) > 1$/);
   });
 
-  it('scrapes the management port with a ServiceMonitor selecting the release\'s management Service', () => {
+  it("scrapes the management port with a ServiceMonitor selecting the release's management Service", () => {
     const monitor = r.find('ServiceMonitor');
-    expect(monitor['spec']['selector']['matchLabels']).toEqual({ 'app.kubernetes.io/name': 'tm-cache', 'app.kubernetes.io/instance': 'rel', 'app.kubernetes.io/component': 'management' });
+    expect(monitor['spec']['selector']['matchLabels']).toEqual({
+      'app.kubernetes.io/name': 'tm-cache',
+      'app.kubernetes.io/instance': 'rel',
+      'app.kubernetes.io/component': 'management',
+    });
     expect(monitor['spec']['endpoints']).toEqual([{ port: 'management', path: '/metrics', interval: '30s', scrapeTimeout: '10s' }]);
   });
 });

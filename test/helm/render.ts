@@ -17,18 +17,31 @@ import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 type Value = unknown;
 type Scope = Map<string, Value>[];
 
-interface TextNode { kind: 'text'; text: string }
-interface ActionNode { kind: 'action'; pipe: Pipe; line: number }
-interface BlockNode { kind: 'if' | 'with' | 'range'; branches: { pipe: Pipe; body: Node[] }[]; otherwise: Node[]; line: number }
+interface TextNode {
+  kind: 'text';
+  text: string;
+}
+interface ActionNode {
+  kind: 'action';
+  pipe: Pipe;
+  line: number;
+}
+interface BlockNode {
+  kind: 'if' | 'with' | 'range';
+  branches: { pipe: Pipe; body: Node[] }[];
+  otherwise: Node[];
+  line: number;
+}
 type Node = TextNode | ActionNode | BlockNode;
 
 /** `$a, $b := cmd | cmd`; `decl` empty for a plain pipeline. */
-interface Pipe { decl: string[]; assign: boolean; cmds: Operand[][] }
+interface Pipe {
+  decl: string[];
+  assign: boolean;
+  cmds: Operand[][];
+}
 type Operand =
-  | { t: 'lit'; v: Value }
-  | { t: 'field'; base: 'dot' | string; path: string[] }
-  | { t: 'fn'; name: string }
-  | { t: 'sub'; pipe: Pipe; path: string[] };
+  { t: 'lit'; v: Value } | { t: 'field'; base: 'dot' | string; path: string[] } | { t: 'fn'; name: string } | { t: 'sub'; pipe: Pipe; path: string[] };
 
 export interface Chart {
   readonly dir: string;
@@ -38,8 +51,15 @@ export interface Chart {
 
 // ---- lexing and parsing ---------------------------------------------------------------------
 
-interface Raw { kind: 'text'; text: string }
-interface RawAction { kind: 'action'; body: string; line: number }
+interface Raw {
+  kind: 'text';
+  text: string;
+}
+interface RawAction {
+  kind: 'action';
+  body: string;
+  line: number;
+}
 
 function split(text: string): (Raw | RawAction)[] {
   const parts: (Raw | RawAction)[] = [];
@@ -84,7 +104,8 @@ export function actionEnd(text: string, from: number): number {
 
 const lineOf = (text: string, offset: number) => text.slice(0, offset).split('\n').length;
 
-const TOKEN = /\s*(?:("(?:[^"\\]|\\.)*")|(`[^`]*`)|(:=|=|\||\(|\)|,)|(\$[A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)|(\.(?:[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*)?)|(-?\d+(?:\.\d+)?)|([A-Za-z_][A-Za-z0-9_]*))/y;
+const TOKEN =
+  /\s*(?:("(?:[^"\\]|\\.)*")|(`[^`]*`)|(:=|=|\||\(|\)|,)|(\$[A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)|(\.(?:[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*)?)|(-?\d+(?:\.\d+)?)|([A-Za-z_][A-Za-z0-9_]*))/y;
 
 function tokenize(body: string): string[] {
   const tokens: string[] = [];
@@ -248,7 +269,11 @@ function goString(v: Value): string {
   if (typeof v === 'number') return goFloat(v);
   if (typeof v === 'bigint' || typeof v === 'boolean' || typeof v === 'string') return String(v);
   if (Array.isArray(v)) return `[${v.map(goString).join(' ')}]`;
-  if (isMap(v)) return `map[${Object.keys(v).sort().map((k) => `${k}:${goString(v[k])}`).join(' ')}]`;
+  if (isMap(v))
+    return `map[${Object.keys(v)
+      .sort()
+      .map((k) => `${k}:${goString(v[k])}`)
+      .join(' ')}]`;
   return String(v);
 }
 
@@ -308,7 +333,10 @@ export interface Root {
 }
 
 class Renderer {
-  constructor(private readonly chart: Chart, private readonly root: Root) {}
+  constructor(
+    private readonly chart: Chart,
+    private readonly root: Root,
+  ) {}
 
   render(name: string): string {
     const nodes = this.chart.templates.get(name);
@@ -346,15 +374,18 @@ class Renderer {
         if (!truthy(value)) break;
         const entries: [Value, Value][] = Array.isArray(value)
           ? value.map((v, i) => [BigInt(i), v])
-          : isMap(value) ? Object.keys(value).sort().map((k) => [k, value[k]]) : [];
+          : isMap(value)
+            ? Object.keys(value)
+                .sort()
+                .map((k) => [k, value[k]])
+            : [];
         let out = '';
         for (const [key, item] of entries) {
           const each = inner();
           if (pipe.decl.length === 2) {
             each.at(-1)!.set(pipe.decl[0]!, key);
             each.at(-1)!.set(pipe.decl[1]!, item);
-          }
-          else if (pipe.decl.length === 1) each.at(-1)!.set(pipe.decl[0]!, item);
+          } else if (pipe.decl.length === 1) each.at(-1)!.set(pipe.decl[0]!, item);
           out += this.run(body, item, each);
         }
         return out;
@@ -436,7 +467,11 @@ const FUNCTIONS: Record<string, (...a: Value[]) => Value> = {
   toYaml,
   indent: indentLines,
   nindent: (n, s) => `\n${indentLines(n, s)}`,
-  quote: (...v) => v.filter((x) => x !== null && x !== undefined).map((x) => JSON.stringify(goString(x))).join(' '),
+  quote: (...v) =>
+    v
+      .filter((x) => x !== null && x !== undefined)
+      .map((x) => JSON.stringify(goString(x)))
+      .join(' '),
   default: (d, v) => (truthy(v) ? v : d),
   required: (msg, v) => {
     if (v === null || v === undefined || v === '') throw new Error(goString(msg));

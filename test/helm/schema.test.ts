@@ -18,7 +18,9 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CHART = join(ROOT, 'helm/tm-cache');
 const schema = JSON.parse(readFileSync(SCHEMA_FILE, 'utf8')) as Record<string, any>;
 const defaults = parseYaml(readFileSync(join(CHART, 'values.yaml'), 'utf8')) as Record<string, unknown>;
-const EXAMPLES = readdirSync(join(CHART, 'ci')).filter((name) => name.endsWith('.yaml')).sort();
+const EXAMPLES = readdirSync(join(CHART, 'ci'))
+  .filter((name) => name.endsWith('.yaml'))
+  .sort();
 const example = (name: string) => parseYaml(readFileSync(join(CHART, 'ci', name), 'utf8')) as Record<string, unknown>;
 
 // strict: an unknown keyword or a misplaced one is an error in the schema itself, not silently ignored.
@@ -53,7 +55,7 @@ function keyPaths(node: unknown, path: string[] = []): string[][] {
 }
 
 describe('values.schema.json', () => {
-  it('is JSON Schema draft-07, as helm reads it, and compiles in Ajv\'s strict mode', () => {
+  it("is JSON Schema draft-07, as helm reads it, and compiles in Ajv's strict mode", () => {
     expect(schema['$schema']).toBe('http://json-schema.org/draft-07/schema#');
     expect(validate).toBeTypeOf('function');
   });
@@ -67,7 +69,11 @@ describe('values.schema.json', () => {
   });
 
   it('declares every value of values.yaml by name, down to the leaves', () => {
-    expect(keyPaths(defaults).filter((path) => declared(path) === undefined).map((p) => p.join('.'))).toEqual([]);
+    expect(
+      keyPaths(defaults)
+        .filter((path) => declared(path) === undefined)
+        .map((p) => p.join('.')),
+    ).toEqual([]);
   });
 
   it('refuses an unknown top-level key rather than ignoring it', () => {
@@ -93,7 +99,11 @@ describe('values.schema.json', () => {
     ['a port', { containerPorts: { proxy: 80800 } }, '/containerPorts/proxy: must be <= 65535'],
     ['a memory limit written as a number', { resources: { limits: { memory: 536870912 } } }, '/resources/limits/memory: must be string'],
     ['a setting of the wrong kind', { config: { server: { shutdownGraceMs: '10s' } } }, '/config/server/shutdownGraceMs: must be integer'],
-    ['an unknown resource in freshness.byResource', { config: { cache: { freshness: { byResource: { runz: { ttlMs: 1 } } } } } }, '/config/cache/freshness/byResource: property name must be valid'],
+    [
+      'an unknown resource in freshness.byResource',
+      { config: { cache: { freshness: { byResource: { runz: { ttlMs: 1 } } } } } },
+      '/config/cache/freshness/byResource: property name must be valid',
+    ],
   ])('refuses a wrong value of %s', (_, values, error) => {
     expect(errorsOf(values)).toContain(error);
   });
@@ -104,7 +114,7 @@ describe('values.schema.json', () => {
     expect(errorsOf({ config: { cache: { redis: { url: 'redis://r:6379' } } } })).toContain('/config/cache/redis: must NOT have additional properties (url)');
   });
 
-  it('holds in `config` exactly tm-cache\'s settings schema less those (regenerate: npx tsx test/helm/values-schema.ts --write)', () => {
+  it("holds in `config` exactly tm-cache's settings schema less those (regenerate: npx tsx test/helm/values-schema.ts --write)", () => {
     expect(readFileSync(SCHEMA_FILE, 'utf8')).toBe(expectedSchemaText());
   });
 

@@ -67,7 +67,8 @@ function forHelm(node: Schema, path: string): Schema {
 /** The schema of the chart's `config` value. */
 export function configSchemaForHelm(): Schema {
   return {
-    description: "tm-cache's settings file (a partial override of config/default.yaml), generated from src/config/schema.ts; the settings the chart sets itself are values of their own.",
+    description:
+      "tm-cache's settings file (a partial override of config/default.yaml), generated from src/config/schema.ts; the settings the chart sets itself are values of their own.",
     ...forHelm(JSON.parse(JSON.stringify(ConfigSchema)) as Schema, ''),
   };
 }

@@ -56,9 +56,17 @@ function makeTokens(all: TokenInfo[]): TestTokens {
   const members = all.filter((t) => !t.is_admin && t.project_ids.length > 0);
   return {
     all,
-    admin: () => pick(all.find((t) => t.is_admin), 'admin'),
+    admin: () =>
+      pick(
+        all.find((t) => t.is_admin),
+        'admin',
+      ),
     member: (i) => pick(members[i], `member #${i}`),
-    noAccess: () => pick(all.find((t) => !t.is_admin && t.project_ids.length === 0), 'no-access'),
+    noAccess: () =>
+      pick(
+        all.find((t) => !t.is_admin && t.project_ids.length === 0),
+        'no-access',
+      ),
   };
 }
 

@@ -24,7 +24,10 @@ export class TestCa {
   readonly cert: string;
   readonly #key: string;
 
-  constructor(private readonly dir: string, name = 'ca') {
+  constructor(
+    private readonly dir: string,
+    name = 'ca',
+  ) {
     this.cert = join(dir, `${name}.pem`);
     this.#key = join(dir, `${name}.key`);
     this.#ssl('req', '-x509', ...EC_KEY, '-keyout', this.#key, '-out', this.cert, '-days', '2', '-subj', `/CN=tm-cache test CA ${name}`);

@@ -25,7 +25,10 @@ const TEST_BUDGET_RPS = 100_000;
 
 export function makeConfig(upstreamUrl: string, overrides: DeepPartial<Config> = {}): Config {
   const base = structuredClone(DEFAULT_CONFIG) as unknown as Record<string, unknown>;
-  merge(base, { upstream: { url: upstreamUrl, budget: { requestsPerSecond: TEST_BUDGET_RPS } }, server: { port: 0, managementPort: 0, shutdownGraceMs: 1_000 } });
+  merge(base, {
+    upstream: { url: upstreamUrl, budget: { requestsPerSecond: TEST_BUDGET_RPS } },
+    server: { port: 0, managementPort: 0, shutdownGraceMs: 1_000 },
+  });
   merge(base, overrides as Record<string, unknown>);
   const config = base as unknown as Config;
   const secretGiven = config.identity.hmacSecret !== '' || Object.keys(config.cache.redis.encryptionKeys).length > 0;

@@ -24,12 +24,18 @@ export async function sendRaw(proxyUrl: string, target: string): Promise<RawResp
   return { status: Number(statusLine.split(' ')[1]), headers, text };
 }
 
-
 /**
  * Any method and request target, byte for byte, with the given headers and an optional JSON body,
  * over a fresh connection. A HEAD's response has no body; the server's close ends the exchange.
  */
-export async function sendRawRequest(url: string, method: string, target: string, headers: Record<string, string> = {}, body?: string, localAddress?: string): Promise<RawResponse> {
+export async function sendRawRequest(
+  url: string,
+  method: string,
+  target: string,
+  headers: Record<string, string> = {},
+  body?: string,
+  localAddress?: string,
+): Promise<RawResponse> {
   const { hostname, port } = new URL(url);
   const socket = connect({ port: Number(port), host: hostname, ...(localAddress === undefined ? {} : { localAddress }) });
   const lines = [`${method} ${target} HTTP/1.1`, `Host: ${hostname}`, 'Connection: close'];

@@ -122,14 +122,29 @@ export async function startCluster(options: { password?: string; tls?: TestPki }
   const { password, tls } = options;
   const dir = mkdtempSync(join(tmpdir(), 'tmc-cluster-'));
   const args = [
-    '--cluster-enabled', 'yes', '--cluster-port', '{busPort}', '--cluster-config-file', 'nodes-{port}.conf', '--cluster-node-timeout', '1000',
-    ...SYNC_AT_ONCE, ...authArgs(password), ...(tls ? [...tlsArgs(tls), '--tls-cluster', 'yes', '--tls-replication', 'yes'] : []),
+    '--cluster-enabled',
+    'yes',
+    '--cluster-port',
+    '{busPort}',
+    '--cluster-config-file',
+    'nodes-{port}.conf',
+    '--cluster-node-timeout',
+    '1000',
+    ...SYNC_AT_ONCE,
+    ...authArgs(password),
+    ...(tls ? [...tlsArgs(tls), '--tls-cluster', 'yes', '--tls-replication', 'yes'] : []),
   ];
   const nodes = await Promise.all(Array.from({ length: 6 }, () => startNode(args, dir)));
   const addresses = nodes.map((n) => `127.0.0.1:${tls ? n.tlsPort : n.port}`);
   await run('redis-cli', [
-    ...(password ? ['-a', password, '--no-auth-warning'] : []), ...(tls ? ['--tls', '--cacert', tls.ca] : []),
-    '--cluster', 'create', ...addresses, '--cluster-replicas', '1', '--cluster-yes',
+    ...(password ? ['-a', password, '--no-auth-warning'] : []),
+    ...(tls ? ['--tls', '--cacert', tls.ca] : []),
+    '--cluster',
+    'create',
+    ...addresses,
+    '--cluster-replicas',
+    '1',
+    '--cluster-yes',
   ]);
   const alive = new Set(nodes);
   const settled = async (): Promise<void> => {
@@ -142,7 +157,12 @@ export async function startCluster(options: { password?: string; tls?: TestPki }
     });
   };
   await settled();
-  await until('the replicas did not sync with their masters', () => replicasInSync(nodes.map((n) => n.port), password));
+  await until('the replicas did not sync with their masters', () =>
+    replicasInSync(
+      nodes.map((n) => n.port),
+      password,
+    ),
+  );
   /** The port of the master serving `slot`, as a live node sees it. */
   const masterOf = async (slot: number): Promise<number | undefined> => {
     const [any] = alive;
@@ -208,14 +228,17 @@ export async function startSentinels(options: { password?: string; sentinelPassw
   const sentinels: Node[] = [];
   for (let i = 0; i < 3; i++) {
     const file = join(dir, `sentinel-${i}.conf`);
-    writeFileSync(file, [
-      `sentinel monitor ${name} 127.0.0.1 ${announced(master)} 2`,
-      `sentinel down-after-milliseconds ${name} 500`,
-      `sentinel failover-timeout ${name} 5000`,
-      ...(password ? [`sentinel auth-pass ${name} ${password}`] : []),
-      ...(sentinelPassword ? [`requirepass ${sentinelPassword}`, `sentinel sentinel-pass ${sentinelPassword}`] : []),
-      '',
-    ].join('\n'));
+    writeFileSync(
+      file,
+      [
+        `sentinel monitor ${name} 127.0.0.1 ${announced(master)} 2`,
+        `sentinel down-after-milliseconds ${name} 500`,
+        `sentinel failover-timeout ${name} 5000`,
+        ...(password ? [`sentinel auth-pass ${name} ${password}`] : []),
+        ...(sentinelPassword ? [`requirepass ${sentinelPassword}`, `sentinel sentinel-pass ${sentinelPassword}`] : []),
+        '',
+      ].join('\n'),
+    );
     sentinels.push(await startNode([file, '--sentinel', ...tlsServer], dir));
   }
   const askSentinel = (port: number, ...command: string[]): Promise<unknown> => ask(port, sentinelPassword, ...command);

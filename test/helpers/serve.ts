@@ -44,7 +44,9 @@ export async function serving({ child, output }: Spawned): Promise<Serving> {
     const onExit = (code: number | null, signal: string | null) => reject(new Error(`serve exited with ${code ?? signal}:\n${output()}`));
     child.once('exit', onExit);
     const check = (): void => {
-      const line = output().split('\n').find((l) => l.includes('tm-cache serving'));
+      const line = output()
+        .split('\n')
+        .find((l) => l.includes('tm-cache serving'));
       if (!line) return;
       clearTimeout(timer);
       child.stdout!.off('data', check);

@@ -51,8 +51,16 @@ describe('the access log', () => {
     expect(access()).toHaveLength(2);
     const [first, second] = access();
     expect(first).toMatchObject({
-      level: 30, reqId: 'dashboard-42.poll-7', method: 'GET', op: 'listRuns', path: `/api/v1/projects/${m.project_ids[0]}/runs`,
-      status: 200, outcome: 'miss', upstreamStatus: 200, user: m.user_id, bytes: miss.body.length,
+      level: 30,
+      reqId: 'dashboard-42.poll-7',
+      method: 'GET',
+      op: 'listRuns',
+      path: `/api/v1/projects/${m.project_ids[0]}/runs`,
+      status: 200,
+      outcome: 'miss',
+      upstreamStatus: 200,
+      user: m.user_id,
+      bytes: miss.body.length,
     });
     expect(first!['ms']).toEqual(expect.any(Number));
     expect(first!['upstreamMs']).toEqual(expect.any(Number));
@@ -66,7 +74,7 @@ describe('the access log', () => {
     expect((await httpGet(proxy.url + path, m.token)).headers['x-request-id']).not.toBe(hit.headers['x-request-id']);
   });
 
-  it('names the client\'s address and User-Agent, and for a refused request the parameter refused (never its value)', async () => {
+  it("names the client's address and User-Agent, and for a refused request the parameter refused (never its value)", async () => {
     const m = emulator.tokens.member(0);
     const ua = 'dashboard/1.2 (wall screen; "quoted")';
     await httpGet(`${proxy.url}/api/v1/projects/${m.project_ids[0]}/runs?per_page=15`, m.token, { 'user-agent': ua });
@@ -99,7 +107,9 @@ describe('the access log', () => {
     await httpGet(`${proxy.url}/api/v1/projects/1/runs?per_page=7`, m.token);
     await httpGet(`${proxy.url}/api/v1/projects`, 'refused-token-value');
     const patched = await request(`${proxy.url}/api/v1/projects/${m.project_ids[0]}?notify=secret-value`, {
-      method: 'PATCH', headers: { authorization: `Bearer ${m.token}`, 'content-type': 'application/json', 'x-request-id': 'write-1' }, body: '{}',
+      method: 'PATCH',
+      headers: { authorization: `Bearer ${m.token}`, 'content-type': 'application/json', 'x-request-id': 'write-1' },
+      body: '{}',
     });
     await patched.body.dump();
     expect(patched.headers['x-request-id']).toBe('write-1');
@@ -111,7 +121,15 @@ describe('the access log', () => {
     expect(invalid).toMatchObject({ status: 422, outcome: 'error', op: 'invalid' });
     expect(refused).toMatchObject({ status: 401, outcome: 'bypass', upstreamStatus: 401 });
     expect(refused!['user']).toBeUndefined();
-    expect(write).toMatchObject({ reqId: 'write-1', method: 'PATCH', op: 'passthrough', outcome: 'passthrough', path: `/api/v1/projects/${m.project_ids[0]}`, upstreamStatus: patched.statusCode, status: patched.statusCode });
+    expect(write).toMatchObject({
+      reqId: 'write-1',
+      method: 'PATCH',
+      op: 'passthrough',
+      outcome: 'passthrough',
+      path: `/api/v1/projects/${m.project_ids[0]}`,
+      upstreamStatus: patched.statusCode,
+      status: patched.statusCode,
+    });
     // Never a credential, never a query (it may carry secrets).
     const all = raw.join('');
     expect(all).not.toContain(m.token);

@@ -29,7 +29,12 @@ const withRedis = () => ({ cache: { redis: { url: env.redis.url, commandTimeoutM
 describe('admin API access', () => {
   it('is 404 everywhere while admin.token is empty, and says how to enable it', async () => {
     const p = await env.replica({ cache: { redis: { url: env.redis.url, commandTimeoutMs: 2_000 } } });
-    for (const [method, path] of [['GET', '/admin/stats'], ['GET', '/admin/entries'], ['POST', '/admin/purge'], ['GET', '/']] as const) {
+    for (const [method, path] of [
+      ['GET', '/admin/stats'],
+      ['GET', '/admin/entries'],
+      ['POST', '/admin/purge'],
+      ['GET', '/'],
+    ] as const) {
       const res = await admin(p, method, path, method === 'POST' ? { all: true } : undefined);
       expect(res.status, `${method} ${path}`).toBe(404);
       expect(res.json().message).toContain('admin.token');
@@ -59,7 +64,10 @@ describe('the viewer token (admin.viewerToken)', () => {
     expect(stats.status).toBe(200);
     expect(stats.json().requests).toBeDefined();
     expect((await admin(p, 'GET', '/', undefined, VIEWER)).status).toBe(200);
-    for (const [method, path] of [['POST', '/admin/purge'], ['GET', '/admin/entries']] as const) {
+    for (const [method, path] of [
+      ['POST', '/admin/purge'],
+      ['GET', '/admin/entries'],
+    ] as const) {
       const res = await admin(p, method, path, method === 'POST' ? { all: true } : undefined, VIEWER);
       expect(res.status, `${method} ${path}`).toBe(403);
       expect(res.headers['content-type']).toMatch(/^application\/json/);
@@ -175,7 +183,7 @@ describe('POST /admin/purge', () => {
 });
 
 describe('GET /admin/entries', () => {
-  it('lists this replica\'s memory entries without bodies, filtered by user, operation and tag, with hits and freshness', async () => {
+  it("lists this replica's memory entries without bodies, filtered by user, operation and tag, with hits and freshness", async () => {
     const p = await env.replica({ admin: { token: TOKEN } });
     const [m0, m1] = [env.emulator.tokens.member(0), env.emulator.tokens.member(1)];
     const project = m0.project_ids[0]!;

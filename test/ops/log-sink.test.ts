@@ -114,12 +114,20 @@ describe('LogSink', () => {
     }, 30_000);
     await flushed(sink);
     received += drain(read);
-    const lines = received.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    const lines = received
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
     const kept = lines.filter((l) => l.msg === 'access');
     expect(kept).toHaveLength(accepted);
     // What was kept is in order; the note says exactly how many were not.
     expect(kept.map((l) => l.n)).toEqual([...kept.map((l) => l.n)].sort((a, b) => a - b));
-    expect(lines.find((l) => l.msg.startsWith('log lines dropped'))).toEqual({ level: 40, time: 42, msg: "log lines dropped: the log's reader fell behind", dropped: refused });
+    expect(lines.find((l) => l.msg.startsWith('log lines dropped'))).toEqual({
+      level: 40,
+      time: 42,
+      msg: "log lines dropped: the log's reader fell behind",
+      dropped: refused,
+    });
   });
 
   it('a pipe whose reader went away (EPIPE) fails the flush, never the caller or the process', async () => {

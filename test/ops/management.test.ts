@@ -14,7 +14,10 @@ describe('the management port', () => {
       [['ok', 'degraded'], 200, 'degraded'],
       [['degraded', 'down'], 503, 'down'],
     ] as const) {
-      const { app } = buildManagement(createMetrics({ version: '0.0.0-test', redis: false }), statuses.map((s, i) => check(`c${i}`, s)));
+      const { app } = buildManagement(
+        createMetrics({ version: '0.0.0-test', redis: false }),
+        statuses.map((s, i) => check(`c${i}`, s)),
+      );
       const res = await app.inject('/readyz');
       expect(res.statusCode).toBe(code);
       expect(res.json().status).toBe(overall);

@@ -90,7 +90,10 @@ describe('tm_cache_requests_total', () => {
     expect(sample('tm_cache_request_duration_seconds_sum', 'outcome="hit",operation="listMilestones"')).toBeLessThan(1);
     expect(text).toMatch(/^# TYPE tm_cache_request_duration_seconds histogram$/m);
     // Buckets are cumulative.
-    const buckets = text.split('\n').filter((l) => l.startsWith('tm_cache_request_duration_seconds_bucket{outcome="passthrough"')).map((l) => Number(l.split(' ').at(-1)));
+    const buckets = text
+      .split('\n')
+      .filter((l) => l.startsWith('tm_cache_request_duration_seconds_bucket{outcome="passthrough"'))
+      .map((l) => Number(l.split(' ').at(-1)));
     expect(buckets.length).toBeGreaterThan(5);
     expect([...buckets].sort((a, b) => a - b)).toEqual(buckets);
   });
@@ -131,7 +134,7 @@ describe('upstream, Redis, identity and eviction families', () => {
 });
 
 describe('conventions', () => {
-  it('exposes Node\'s default metrics under their standard names', () => {
+  it("exposes Node's default metrics under their standard names", () => {
     for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_heap_size_used_bytes', 'nodejs_eventloop_lag_seconds']) {
       expect(text, name).toMatch(new RegExp(`^${name} `, 'm'));
     }

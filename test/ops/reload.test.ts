@@ -28,7 +28,12 @@ const statsWith = async (token: string): Promise<number> => {
   await res.body.dump();
   return res.statusCode;
 };
-const logLines = (msg: string) => serve.output().split('\n').filter((l) => l.includes(`"msg":"${msg}"`)).map((l) => JSON.parse(l));
+const logLines = (msg: string) =>
+  serve
+    .output()
+    .split('\n')
+    .filter((l) => l.includes(`"msg":"${msg}"`))
+    .map((l) => JSON.parse(l));
 
 beforeAll(async () => {
   emulator = await startTestEmulator();
@@ -52,17 +57,27 @@ afterAll(async () => {
 describe('SIGHUP', () => {
   it('applies the admin token, freshness rules and access log at once, and names what needs a restart', async () => {
     expect(await statsWith(FIRST)).toBe(200);
-    writeFileSync(file, [
-      'admin:', `  token: ${SECOND}`,
-      'cache:', '  freshness:', '    default: { ttlMs: 2000, staleWhileRevalidateMs: 0 }',
-      'log:', '  access: errors',
-      'server:', '  shutdownGraceMs: 500',
-      '',
-    ].join('\n'));
+    writeFileSync(
+      file,
+      [
+        'admin:',
+        `  token: ${SECOND}`,
+        'cache:',
+        '  freshness:',
+        '    default: { ttlMs: 2000, staleWhileRevalidateMs: 0 }',
+        'log:',
+        '  access: errors',
+        'server:',
+        '  shutdownGraceMs: 500',
+        '',
+      ].join('\n'),
+    );
     serve.child.kill('SIGHUP');
     await until(() => logLines('reloaded').length === 1);
     const [reloaded] = logLines('reloaded');
-    expect(reloaded.applied).toEqual(expect.arrayContaining(['admin.token', 'cache.freshness.default.ttlMs', 'cache.freshness.default.staleWhileRevalidateMs', 'log.access']));
+    expect(reloaded.applied).toEqual(
+      expect.arrayContaining(['admin.token', 'cache.freshness.default.ttlMs', 'cache.freshness.default.staleWhileRevalidateMs', 'log.access']),
+    );
     expect(reloaded.needRestart).toEqual(['server.shutdownGraceMs']);
     // The token's value never reaches the log.
     expect(serve.output()).not.toContain(SECOND);
@@ -122,8 +137,12 @@ describe('SIGHUP', () => {
     // The runs above: one applied and five refused (an invalid value, bad YAML, a short token, a missing file, a YAML warning).
     const metrics = await (await request(`${serve.management}/metrics`)).body.text();
     const count = (result: string) => Number(new RegExp(`^tm_cache_reloads_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(metrics)?.[1]);
-    expect({ applied: count('applied'), unchanged: count('unchanged'), refused: count('refused'), restart_needed: count('restart_needed') })
-      .toEqual({ applied: 2, unchanged: 1, refused: 5, restart_needed: 0 });
+    expect({ applied: count('applied'), unchanged: count('unchanged'), refused: count('refused'), restart_needed: count('restart_needed') }).toEqual({
+      applied: 2,
+      unchanged: 1,
+      refused: 5,
+      restart_needed: 0,
+    });
   });
 
   // Last: before the fix, this one blocked the process's event loop for good.
@@ -145,8 +164,12 @@ describe('SIGHUP while start-up waits for Redis', () => {
     const startFile = join(dir, 'waiting.yaml');
     writeFileSync(startFile, 'cache:\n  redis:\n    connectTimeoutMs: 6000\n');
     const spawned = spawnServe({
-      TM_CACHE_UPSTREAM: emulator.url, TM_CACHE_PORT: '0', TM_CACHE_MANAGEMENT_PORT: '0', TM_CACHE_CONFIG: startFile,
-      TM_CACHE_REDIS: `redis://127.0.0.1:${redisPort}/0`, TM_CACHE_HMAC_SECRET: 'c3'.repeat(40),
+      TM_CACHE_UPSTREAM: emulator.url,
+      TM_CACHE_PORT: '0',
+      TM_CACHE_MANAGEMENT_PORT: '0',
+      TM_CACHE_CONFIG: startFile,
+      TM_CACHE_REDIS: `redis://127.0.0.1:${redisPort}/0`,
+      TM_CACHE_HMAC_SECRET: 'c3'.repeat(40),
     });
     try {
       // A failed connection attempt is logged while start-up waits for Redis.

@@ -9,7 +9,18 @@ import { mkdirSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { STATUS_PAGE_CSP, STATUS_PAGE_HEADERS, STATUS_PAGE_HTML } from '../../src/ops/status-page.js';
-import { launchChromium, openTab, readStat, readTopTable, signIn, startStatsFixture, waitForFigures, type StatsFixture, type StorageState, type Tab } from '../helpers/chromium.js';
+import {
+  launchChromium,
+  openTab,
+  readStat,
+  readTopTable,
+  signIn,
+  startStatsFixture,
+  waitForFigures,
+  type StatsFixture,
+  type StorageState,
+  type Tab,
+} from '../helpers/chromium.js';
 
 const TOKEN = 'fixture-admin-token';
 const BUCKET_MS = 10_000;
@@ -61,7 +72,18 @@ function makeStats(overrides: Record<string, unknown> = {}) {
       recent429: 7,
       active: 3,
       queued: 1,
-      budget: { mode: 'shared', rateRps: 12.5, pausedMs: 41_200, queued: { client: 2, background: 0, ahead: 0 }, tokens: 900, waits: 30, spent: 4, deferredToStale: 3, refused: 1, pauses: 2 },
+      budget: {
+        mode: 'shared',
+        rateRps: 12.5,
+        pausedMs: 41_200,
+        queued: { client: 2, background: 0, ahead: 0 },
+        tokens: 900,
+        waits: 30,
+        spent: 4,
+        deferredToStale: 3,
+        refused: 1,
+        pauses: 2,
+      },
     },
     bytes: { sent: 5 * 1024 * 1024 * 1024, savedBy304: 1536 },
     memory: { entries: 4321, bytes: 100 * 1024 * 1024, maxBytes: 256 * 1024 * 1024, evictions: 12 },
@@ -110,7 +132,9 @@ describe('the status page under its Content-Security-Policy', () => {
   it('allows exactly its inline script and style, by hash, and nothing from elsewhere', () => {
     expect(STATUS_PAGE_HEADERS['content-security-policy']).toBe(STATUS_PAGE_CSP);
     expect(STATUS_PAGE_CSP).not.toContain('unsafe');
-    expect(STATUS_PAGE_CSP).toMatch(/^default-src 'none'; script-src 'sha256-[A-Za-z0-9+/]{43}='; style-src 'sha256-[A-Za-z0-9+/]{43}='; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'$/);
+    expect(STATUS_PAGE_CSP).toMatch(
+      /^default-src 'none'; script-src 'sha256-[A-Za-z0-9+/]{43}='; style-src 'sha256-[A-Za-z0-9+/]{43}='; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'$/,
+    );
     expect(STATUS_PAGE_HTML.match(/<script/g)).toHaveLength(1);
     expect(STATUS_PAGE_HTML.match(/<style/g)).toHaveLength(1);
     // No style attribute, no inline handler, no resource but the data: favicon, no @import or url().
@@ -172,12 +196,24 @@ describe('the chart and the rates', () => {
     const tab = await open();
     await signIn(tab.page, TOKEN);
     await waitForFigures(tab.page);
-    const points = await tab.page.locator('#chart circle').evaluateAll((els) =>
-      els.map((el) => ({ series: el.getAttribute('data-series'), t: Number(el.getAttribute('data-t')), value: Number(el.getAttribute('data-value')) })),
-    );
+    const points = await tab.page
+      .locator('#chart circle')
+      .evaluateAll((els) =>
+        els.map((el) => ({ series: el.getAttribute('data-series'), t: Number(el.getAttribute('data-t')), value: Number(el.getAttribute('data-value')) })),
+      );
     const bySeries = (name: string) => points.filter((p) => p.series === name).map((p) => [p.t, Number(p.value.toFixed(6))]);
-    expect(bySeries('hitRatio')).toEqual([[t(6), 0.6], [t(5), 0.8], [t(2), 1], [t(1), 0.9]]);
-    expect(bySeries('offload')).toEqual([[t(6), 0.6], [t(5), 0.9], [t(2), 0.7], [t(1), 0.9]]);
+    expect(bySeries('hitRatio')).toEqual([
+      [t(6), 0.6],
+      [t(5), 0.8],
+      [t(2), 1],
+      [t(1), 0.9],
+    ]);
+    expect(bySeries('offload')).toEqual([
+      [t(6), 0.6],
+      [t(5), 0.9],
+      [t(2), 0.7],
+      [t(1), 0.9],
+    ]);
     // Two runs of two points each: M L M L.
     const path = await tab.page.locator('#chart path.hitRatio').getAttribute('d');
     expect(path?.match(/[ML]/g)).toEqual(['M', 'L', 'M', 'L']);
@@ -191,15 +227,20 @@ describe('the chart and the rates', () => {
     const tab = await open();
     await signIn(tab.page, TOKEN);
     await waitForFigures(tab.page);
-    const bars = await tab.page.locator('#rate-chart rect').evaluateAll((els) =>
-      els.map((el) => [Number(el.getAttribute('data-t')), el.getAttribute('class'), Number(el.getAttribute('data-value'))]),
-    );
+    const bars = await tab.page
+      .locator('#rate-chart rect')
+      .evaluateAll((els) => els.map((el) => [Number(el.getAttribute('data-t')), el.getAttribute('class'), Number(el.getAttribute('data-value'))]));
     expect(bars).toEqual([
-      [t(6), 'bar cache', 0.6], [t(6), 'bar miss', 0.4],
-      [t(5), 'bar cache', 1.6], [t(5), 'bar coalesced', 0.2], [t(5), 'bar miss', 0.2],
+      [t(6), 'bar cache', 0.6],
+      [t(6), 'bar miss', 0.4],
+      [t(5), 'bar cache', 1.6],
+      [t(5), 'bar coalesced', 0.2],
+      [t(5), 'bar miss', 0.2],
       [t(4), 'bar passthrough', 0.4],
-      [t(2), 'bar cache', 1], [t(2), 'bar passthrough', 0.2],
-      [t(1), 'bar cache', 2.7], [t(1), 'bar miss', 0.3],
+      [t(2), 'bar cache', 1],
+      [t(2), 'bar passthrough', 0.2],
+      [t(1), 'bar cache', 2.7],
+      [t(1), 'bar miss', 0.3],
     ]);
     // The tallest bar (3/s) sets the scale: 5/s at the top.
     expect(await tab.page.locator('#rate-chart text').allTextContents()).toEqual(expect.arrayContaining(['0/s', '2.5/s', '5/s']));
@@ -284,7 +325,7 @@ describe('the admin token', () => {
     expect(tab.problems().filter((p) => !p.includes('401'))).toEqual([]);
   });
 
-  it('signs in from a link\'s #token= fragment, read once and removed from the address bar, never sent to the server', async () => {
+  it("signs in from a link's #token= fragment, read once and removed from the address bar, never sent to the server", async () => {
     const tab = await open(`${fixture.url}/#token=${encodeURIComponent(TOKEN)}`);
     await waitForFigures(tab.page);
     expect(tab.page.url()).toBe(`${fixture.url}/`);

@@ -104,11 +104,14 @@ describe('the status page on the management port', () => {
       const shown = {
         hitRatio: await num(tab, 'hitRatio'),
         offload: await num(tab, 'offload'),
-        rate: await tab.page.locator('[data-stat="rate.total"]').first().evaluate((el) => ({
-          value: Number(el.getAttribute('data-value')),
-          to: Number(el.getAttribute('data-to')),
-          seconds: Number(el.getAttribute('data-seconds')),
-        })),
+        rate: await tab.page
+          .locator('[data-stat="rate.total"]')
+          .first()
+          .evaluate((el) => ({
+            value: Number(el.getAttribute('data-value')),
+            to: Number(el.getAttribute('data-to')),
+            seconds: Number(el.getAttribute('data-seconds')),
+          })),
         operations: await readTopTable(tab.page, 'top.operations'),
         users: await readTopTable(tab.page, 'top.users'),
       };
@@ -155,7 +158,10 @@ describe('the status page on the management port', () => {
       expect((await readStat(tab.page, 'upstream.state')).value).toBe(after.upstream.state);
       expect((await readStat(tab.page, 'version')).text).toBe(after.version);
       const rest = (other: Stats, name: string): string[] => (other.requests > 0 || other.upstreamRequests > 0 ? [name] : []);
-      expect(shown.operations.map((r) => r.name)).toEqual([...after.top.operations.map((r: Stats) => r.operation), ...rest(after.top.otherOperations, 'other operations')]);
+      expect(shown.operations.map((r) => r.name)).toEqual([
+        ...after.top.operations.map((r: Stats) => r.operation),
+        ...rest(after.top.otherOperations, 'other operations'),
+      ]);
       expect(shown.users.map((r) => r.name)).toEqual([
         ...after.top.users.map((r: Stats) => String(r.userId)),
         ...rest(after.top.otherUsers, 'others (no user yet: identity look-ups, refused credentials)'),
@@ -177,9 +183,9 @@ describe('the status page on the management port', () => {
       expect(shown.rate.value).toBeCloseTo(total / shown.rate.seconds, 9);
 
       // The chart: one point per complete bucket with cacheable requests, at its hit ratio.
-      const points = await tab.page.locator('#chart circle.hitRatio').evaluateAll((els) =>
-        els.map((el) => ({ t: Number(el.getAttribute('data-t')), value: Number(el.getAttribute('data-value')) })),
-      );
+      const points = await tab.page
+        .locator('#chart circle.hitRatio')
+        .evaluateAll((els) => els.map((el) => ({ t: Number(el.getAttribute('data-t')), value: Number(el.getAttribute('data-value')) })));
       const expected = after.series
         .filter((b: Stats) => b.t + BUCKET_MS <= shown.rate.to && b.requests - b.byOutcome.passthrough > 0)
         .map((b: Stats) => ({ t: b.t, value: (b.byOutcome.hit + b.byOutcome.stale) / (b.requests - b.byOutcome.passthrough) }));

@@ -68,7 +68,11 @@ describe('ProjectAccess', () => {
 
   it.each([
     ['a 503', async () => answer(503), 'reset'],
-    ['a 200 that is not JSON (an SSO page)', async () => ({ status: 200, headers: { 'content-type': 'text/html' }, body: Buffer.from('<html></html>') }), 'bad-answer'],
+    [
+      'a 200 that is not JSON (an SSO page)',
+      async () => ({ status: 200, headers: { 'content-type': 'text/html' }, body: Buffer.from('<html></html>') }),
+      'bad-answer',
+    ],
     ['a refused connection', async () => Promise.reject(new UpstreamError('connect', 'refused')), 'connect'],
     ['a full queue', async () => Promise.reject(new UpstreamError('queue-full', 'full')), 'queue-full'],
   ])('gives no verdict on %s', async (_name, respond, code) => {

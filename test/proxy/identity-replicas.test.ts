@@ -26,7 +26,9 @@ describe('a new token seen by several replicas at once', () => {
     const m = env.emulator.tokens.member(0);
     const token = (await env.emulator.mutate({ op: 'issue_token', user_id: m.user_id })).token as string;
     await env.emulator.resetStats();
-    const answers = await Promise.all(replicas.flatMap((p) => [1, 2, 3].map((i) => p.get(`/api/v1/projects/${m.project_ids[0]}/runs?per_page=15&page=${i}`, token))));
+    const answers = await Promise.all(
+      replicas.flatMap((p) => [1, 2, 3].map((i) => p.get(`/api/v1/projects/${m.project_ids[0]}/runs?per_page=15&page=${i}`, token))),
+    );
     expect(answers.map((a) => a.status)).toEqual(Array(9).fill(200));
     expect((await env.emulator.stats()).by_route[USER_ROUTE]).toBe(1);
   });

@@ -20,7 +20,15 @@ const caller: Caller = { userId: 7, scope: 'u:7', credentialId: 'cred-7', verifi
 function decided(url: string, headers: Record<string, string> = {}, sharing: 'user' | 'project' = 'user'): Decision {
   const route = resolveRoute(url);
   if (route.kind !== 'cacheable') throw new Error(`${url} is ${route.kind}`);
-  return decide(route, caller, 'Bearer t', headers, T0, { honorNoCache: true, isVerifiedAdmin: (c, t) => t < c.adminUntil, sharing, projectOfResource: () => undefined }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
+  return decide(
+    route,
+    caller,
+    'Bearer t',
+    headers,
+    T0,
+    { honorNoCache: true, isVerifiedAdmin: (c, t) => t < c.adminUntil, sharing, projectOfResource: () => undefined },
+    new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'),
+  );
 }
 
 /** The fixture's entries live 60 s fresh, 120 s within stale-while-revalidate, 300 s within stale-if-error. */
@@ -50,13 +58,17 @@ interface Case {
 function facts(c: Case): Facts {
   return {
     gate: { blockedMs: () => c.blockedMs ?? 0 },
-    projects: { isConfirmed: (userId, projectId) => c.confirmed && userId === 7 && projectId === 5, isConfirmedByFill: (storedAt, now) => now < storedAt + CONFIRM_MS },
+    projects: {
+      isConfirmed: (userId, projectId) => c.confirmed && userId === 7 && projectId === 5,
+      isConfirmedByFill: (storedAt, now) => now < storedAt + CONFIRM_MS,
+    },
     grants: { isGranted: (userId, projectId, mask) => mask === 0 || ((c.granted ?? true) && userId === 7 && projectId === 5) },
   };
 }
 
 function verdictFor(c: Case): Verdict {
-  const found: Found | undefined = c.ageMs === undefined ? undefined : { entry: makeEntry(T0 - c.ageMs, { tags: [...(c.tags ?? OF_PROJECT)] }), tier: 'memory' };
+  const found: Found | undefined =
+    c.ageMs === undefined ? undefined : { entry: makeEntry(T0 - c.ageMs, { tags: [...(c.tags ?? OF_PROJECT)] }), tier: 'memory' };
   const sharing = c.granted === undefined ? 'user' : 'project';
   return judge(decided(c.url, c.headers, sharing), found, T0, facts(c), c.occasion ?? 'lookup');
 }
@@ -71,18 +83,34 @@ describe('judge', () => {
     ['a fresh entry, the client asking to revalidate', { url: RUNS, headers: NO_CACHE, ageMs: 0, confirmed: true }, 'fill-from-instance'],
     ['nothing held, the client asking to revalidate', { url: RUNS, headers: NO_CACHE, ageMs: undefined, confirmed: true }, 'fill-from-instance'],
     ['a fresh entry of a project whose access lapsed', { url: RUNS, ageMs: 0, confirmed: false }, 'confirm-access'],
-    ['a fresh entry of a project whose access lapsed, the client asking to revalidate', { url: RUNS, headers: NO_CACHE, ageMs: 0, confirmed: false }, 'confirm-access'],
+    [
+      'a fresh entry of a project whose access lapsed, the client asking to revalidate',
+      { url: RUNS, headers: NO_CACHE, ageMs: 0, confirmed: false },
+      'confirm-access',
+    ],
     ['a fresh entry of a project whose access was just confirmed', { url: RUNS, ageMs: 0, confirmed: false, occasion: 'access-confirmed' }, 'fresh'],
     ['an entry naming no project, within projectConfirmMs of its fill', { url: PROJECTS, ageMs: 30_000, tags: OF_NONE, confirmed: false }, 'fresh'],
     ['an entry naming no project, past projectConfirmMs from its fill', { url: PROJECTS, ageMs: 61_000, tags: OF_NONE, confirmed: false }, 'fill-unconfirmed'],
     ['an admin-only answer (gated by admin verification, not by projects)', { url: USERS, ageMs: 0, confirmed: false }, 'fresh'],
     ['GET /user (names no project)', { url: ME, ageMs: 0, confirmed: false }, 'fresh'],
     ['an entry another replica stored, fresh', { url: RUNS, ageMs: 0, confirmed: true, occasion: 'stored-earlier' }, 'fresh'],
-    ['an entry another replica stored, of a project whose access lapsed', { url: RUNS, ageMs: 0, confirmed: false, occasion: 'stored-earlier' }, 'confirm-access'],
-    ['an entry another replica stored, past stale-while-revalidate', { url: RUNS, ageMs: 200_000, confirmed: true, occasion: 'stored-earlier' }, 'fill-from-instance'],
+    [
+      'an entry another replica stored, of a project whose access lapsed',
+      { url: RUNS, ageMs: 0, confirmed: false, occasion: 'stored-earlier' },
+      'confirm-access',
+    ],
+    [
+      'an entry another replica stored, past stale-while-revalidate',
+      { url: RUNS, ageMs: 200_000, confirmed: true, occasion: 'stored-earlier' },
+      'fill-from-instance',
+    ],
     ['nothing served after access was refused', { url: RUNS, ageMs: undefined, confirmed: false, occasion: 'access-refused' }, 'fill-from-instance'],
     ['a fresh entry for a rate-limited caller', { url: RUNS, ageMs: 0, confirmed: true, blockedMs: 5_000 }, 'fresh'],
-    ['a stale entry within stale-while-revalidate for a rate-limited caller', { url: RUNS, ageMs: 90_000, confirmed: true, blockedMs: 5_000 }, 'stale-while-revalidate'],
+    [
+      'a stale entry within stale-while-revalidate for a rate-limited caller',
+      { url: RUNS, ageMs: 90_000, confirmed: true, blockedMs: 5_000 },
+      'stale-while-revalidate',
+    ],
     ['nothing held for a rate-limited caller', { url: RUNS, ageMs: undefined, confirmed: true, blockedMs: 5_000 }, 'rate-limited'],
   ])('%s: %s', (_name, c, kind) => {
     expect(verdictFor(c).kind).toBe(kind);
@@ -93,7 +121,11 @@ describe('judge', () => {
     ['past stale-if-error', { url: RUNS, ageMs: 400_000, confirmed: true, blockedMs: 5_000 }, undefined],
     ['fresh, the client asking to revalidate', { url: RUNS, headers: NO_CACHE, ageMs: 0, confirmed: true, blockedMs: 5_000 }, 'memory'],
     ['fresh, access lapsed: never the entry', { url: RUNS, ageMs: 0, confirmed: false, blockedMs: 5_000 }, undefined],
-    ['naming no project, past projectConfirmMs: never the entry', { url: PROJECTS, ageMs: 61_000, tags: OF_NONE, confirmed: false, blockedMs: 5_000 }, undefined],
+    [
+      'naming no project, past projectConfirmMs: never the entry',
+      { url: PROJECTS, ageMs: 61_000, tags: OF_NONE, confirmed: false, blockedMs: 5_000 },
+      undefined,
+    ],
     ['access refused', { url: RUNS, ageMs: undefined, confirmed: false, blockedMs: 5_000, occasion: 'access-refused' }, undefined],
   ])('a rate-limited caller holding an entry %s: rate-limited, stale from %s', (_name, c, staleTier) => {
     const verdict = verdictFor(c);
@@ -104,15 +136,27 @@ describe('judge', () => {
   it.each<[string, Case, Verdict['kind']]>([
     ['a fresh shared entry, confirmed and granted', { url: RUNS, ageMs: 0, confirmed: true, granted: true }, 'fresh'],
     ['a fresh shared entry, confirmed, no grant held here', { url: RUNS, ageMs: 0, confirmed: true, granted: false }, 'find-grants'],
-    ['a fresh shared entry, no grant here nor in the shared store', { url: RUNS, ageMs: 0, confirmed: true, granted: false, occasion: 'grants-looked-up' }, 'fill-own'],
+    [
+      'a fresh shared entry, no grant here nor in the shared store',
+      { url: RUNS, ageMs: 0, confirmed: true, granted: false, occasion: 'grants-looked-up' },
+      'fill-own',
+    ],
     ['a fresh shared entry, granted, access lapsed', { url: RUNS, ageMs: 0, confirmed: false, granted: true }, 'confirm-access'],
     ['a fresh shared entry, access just confirmed, granted', { url: RUNS, ageMs: 0, confirmed: false, granted: true, occasion: 'access-confirmed' }, 'fresh'],
-    ['a fresh shared entry, access just confirmed, no grant', { url: RUNS, ageMs: 0, confirmed: false, granted: false, occasion: 'access-confirmed' }, 'find-grants'],
+    [
+      'a fresh shared entry, access just confirmed, no grant',
+      { url: RUNS, ageMs: 0, confirmed: false, granted: false, occasion: 'access-confirmed' },
+      'find-grants',
+    ],
     ['a shared entry, access refused', { url: RUNS, ageMs: undefined, confirmed: false, granted: true, occasion: 'access-refused' }, 'fill-own'],
     ['nothing held, proven: coalesced with the members', { url: RUNS, ageMs: undefined, confirmed: true, granted: true }, 'fill'],
     ['nothing held, not confirmed: filled under their own token', { url: RUNS, ageMs: undefined, confirmed: false, granted: true }, 'fill-own'],
     ['nothing held, no grant: filled under their own token', { url: RUNS, ageMs: undefined, confirmed: true, granted: false }, 'fill-own'],
-    ['a shared entry, access lapsed, rate-limited: never the entry', { url: RUNS, ageMs: 0, confirmed: false, granted: true, blockedMs: 5_000 }, 'rate-limited'],
+    [
+      'a shared entry, access lapsed, rate-limited: never the entry',
+      { url: RUNS, ageMs: 0, confirmed: false, granted: true, blockedMs: 5_000 },
+      'rate-limited',
+    ],
     ['a project answer needing only the confirmation', { url: '/api/v1/projects/5', ageMs: 0, confirmed: true, granted: false }, 'fresh'],
   ])('cache.sharing: project, %s: %s', (_name, c, kind) => {
     expect(verdictFor(c).kind).toBe(kind);

@@ -3,7 +3,6 @@ import { request } from 'undici';
 import { httpGet, startTestProxy } from '../helpers/proxy.js';
 import { proxyOverEmulator } from '../helpers/setup.js';
 
-
 const env = proxyOverEmulator();
 
 describe('passthrough', () => {
@@ -87,9 +86,7 @@ describe('upstream protection', () => {
       const { token, project_ids } = env.emulator.tokens.member(0);
       await small.get('/api/v1/user', token);
       await env.emulator.faults({ latency_ms: 300 });
-      const all = await Promise.all(
-        [15, 25, 50, 100].map((pp) => small.get(`/api/v1/projects/${project_ids[0]}/milestones?per_page=${pp}`, token)),
-      );
+      const all = await Promise.all([15, 25, 50, 100].map((pp) => small.get(`/api/v1/projects/${project_ids[0]}/milestones?per_page=${pp}`, token)));
       const statuses = all.map((r) => r.status).sort();
       expect(statuses).toEqual([200, 200, 503, 503]);
       expect(all.find((r) => r.status === 503)!.json()).toMatchObject({ message: expect.any(String), errors: {} });

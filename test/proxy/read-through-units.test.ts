@@ -37,7 +37,15 @@ function route(url: string): CacheableRoute {
 
 const isAdmin = (c: Caller, t: number) => t < c.adminUntil;
 const decideFor = (url: string, c: Caller, headers: Record<string, string> = {}, honorNoCache = true): Decision =>
-  decide(route(url), c, 'Bearer t', headers, T0, { honorNoCache, isVerifiedAdmin: isAdmin, sharing: 'user', projectOfResource: () => undefined }, new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'));
+  decide(
+    route(url),
+    c,
+    'Bearer t',
+    headers,
+    T0,
+    { honorNoCache, isVerifiedAdmin: isAdmin, sharing: 'user', projectOfResource: () => undefined },
+    new Exchange({} as IncomingMessage, {} as ServerResponse, 0, 'test'),
+  );
 
 describe('decide', () => {
   it("keys a member's question in their own scope, readable and filled under one key", () => {
@@ -93,7 +101,14 @@ describe('AccessRules', () => {
     };
     return { log, rules: new AccessRules(targets) };
   }
-  const request = (adminOnly: boolean, mayRead: boolean) => ({ key: 'K', mayRead, gate: adminOnly ? ('admin' as const) : ('project' as const), caller: caller(3), authorization: 'A', projectId: 0 });
+  const request = (adminOnly: boolean, mayRead: boolean) => ({
+    key: 'K',
+    mayRead,
+    gate: adminOnly ? ('admin' as const) : ('project' as const),
+    caller: caller(3),
+    authorization: 'A',
+    projectId: 0,
+  });
 
   it.each([
     [200, true, true, ['markAdmin 3']],
@@ -185,7 +200,13 @@ function confirmedProjects(upstream: Upstream, clock: { t: number }): ProjectAcc
   return projects;
 }
 
-function readThrough(cache: ReadCache, upstream: Upstream, clock: { t: number }, access = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry: (k) => void cache.delete(k), dropUserProject() {}, refuseMember() {} }), lock?: FillLock) {
+function readThrough(
+  cache: ReadCache,
+  upstream: Upstream,
+  clock: { t: number },
+  access = new AccessRules({ markAdmin() {}, clearAdmin() {}, forget() {}, deleteEntry: (k) => void cache.delete(k), dropUserProject() {}, refuseMember() {} }),
+  lock?: FillLock,
+) {
   return new ReadThrough({
     cache,
     lock,

@@ -5,7 +5,6 @@ import { proxyOverEmulator } from '../helpers/setup.js';
 import { until } from '../helpers/wait.js';
 import { gunzipSync } from 'node:zlib';
 
-
 const env = proxyOverEmulator();
 
 /** One id of each kind the admin can reach, found through the API itself. */
@@ -121,9 +120,7 @@ describe('conditional requests and HEAD', () => {
     await env.emulator.resetStats();
     // A slow instance keeps the revalidation in flight while the 20 requests arrive.
     await env.emulator.faults({ latency_ms: 300 });
-    const all = await Promise.all(
-      Array.from({ length: 20 }, () => env.proxy.get('/api/v1/projects?per_page=50', token, { 'cache-control': 'no-cache' })),
-    );
+    const all = await Promise.all(Array.from({ length: 20 }, () => env.proxy.get('/api/v1/projects?per_page=50', token, { 'cache-control': 'no-cache' })));
     expect(all.every((r) => r.status === 200)).toBe(true);
     expect(all[0]!.headers['cache-status']).toMatch(/fwd=request/);
     expect((await env.emulator.stats()).by_route['GET /api/v1/projects']).toBe(1);

@@ -37,7 +37,10 @@ afterAll(async () => {
 
 async function replica(redis: DeepPartial<Config['cache']['redis']>): Promise<TestProxy> {
   // Generous timeouts: a loaded CI machine must not turn a slow command into a miss here.
-  const p = await startTestProxy(emulator.url, { identity: { hmacSecret: HMAC_SECRET }, cache: { redis: { commandTimeoutMs: 1_000, connectTimeoutMs: 10_000, ...redis } } });
+  const p = await startTestProxy(emulator.url, {
+    identity: { hmacSecret: HMAC_SECRET },
+    cache: { redis: { commandTimeoutMs: 1_000, connectTimeoutMs: 10_000, ...redis } },
+  });
   proxies.push(p);
   return p;
 }
@@ -67,8 +70,7 @@ async function expectShared(settings: DeepPartial<Config['cache']['redis']>): Pr
   expect(filled.status).toBe(200);
   const [key] = a.cache.memory.list(() => true, 10).entries.map((e) => e.key);
   expect(key).toBeDefined();
-  await until(async () => (await redisTierOf(a).peek(key!)) !== undefined, 20_000)
-    .catch(() => expect.fail(`the entry ${key} never landed in Redis`));
+  await until(async () => (await redisTierOf(a).peek(key!)) !== undefined, 20_000).catch(() => expect.fail(`the entry ${key} never landed in Redis`));
   const b = await replica(settings);
   await emulator.resetStats();
   const shared = await b.get(path, m.token);
@@ -117,8 +119,10 @@ async function expectFailoverUnderLoad(settings: DeepPartial<Config['cache']['re
     await failover();
     // Past the failover, until both replicas report Redis healthy again, and a little more.
     let checks: unknown[] = [];
-    await until(async () => (checks = await Promise.all(replicas.map((p) => redisCheck(p.managementUrl)))).every((c) => (c as { status: string }).status === 'ok'), 20_000)
-      .catch(() => expect.fail(`Redis not healthy again on both replicas after the failover: ${JSON.stringify(checks)}`));
+    await until(
+      async () => (checks = await Promise.all(replicas.map((p) => redisCheck(p.managementUrl)))).every((c) => (c as { status: string }).status === 'ok'),
+      20_000,
+    ).catch(() => expect.fail(`Redis not healthy again on both replicas after the failover: ${JSON.stringify(checks)}`));
     await new Promise((r) => setTimeout(r, 300));
   } finally {
     // Whatever failed, the load stops here: it must not outlive this test into the next.
@@ -157,7 +161,11 @@ describe('Redis Cluster with AUTH', () => {
 describe('Redis Sentinel with AUTH on the servers and on the sentinels', () => {
   let sentinels: SentinelHandle;
   const settings = (): DeepPartial<Config['cache']['redis']> => ({
-    mode: 'sentinel', sentinels: sentinels.sentinels, sentinelName: sentinels.name, password: SERVER_PASSWORD, sentinelPassword: SENTINEL_PASSWORD,
+    mode: 'sentinel',
+    sentinels: sentinels.sentinels,
+    sentinelName: sentinels.name,
+    password: SERVER_PASSWORD,
+    sentinelPassword: SENTINEL_PASSWORD,
   });
   beforeAll(async () => {
     sentinels = await startSentinels({ password: SERVER_PASSWORD, sentinelPassword: SENTINEL_PASSWORD });
@@ -199,8 +207,18 @@ describe('Redis over TLS', () => {
     plainPort = await findFreePort();
     tlsPort = await findFreePort();
     server = spawnServer(plainPort, [
-      '--tls-port', String(tlsPort), '--tls-cert-file', pki.cert, '--tls-key-file', pki.key,
-      '--tls-ca-cert-file', pki.ca, '--tls-auth-clients', 'no', '--requirepass', SERVER_PASSWORD,
+      '--tls-port',
+      String(tlsPort),
+      '--tls-cert-file',
+      pki.cert,
+      '--tls-key-file',
+      pki.key,
+      '--tls-ca-cert-file',
+      pki.ca,
+      '--tls-auth-clients',
+      'no',
+      '--requirepass',
+      SERVER_PASSWORD,
     ]);
     await waitUntilReady(server, plainPort);
   }, 60_000);
@@ -214,8 +232,13 @@ describe('Redis over TLS', () => {
 
   async function serve(env: Record<string, string>): Promise<Serving> {
     const s = await startServe({
-      TM_CACHE_UPSTREAM: emulator.url, TM_CACHE_PORT: '0', TM_CACHE_MANAGEMENT_PORT: '0', TM_CACHE_HMAC_SECRET: HMAC_SECRET,
-      TM_CACHE_REDIS_PASSWORD: SERVER_PASSWORD, TM_CACHE_LOG_ACCESS: 'off', ...env,
+      TM_CACHE_UPSTREAM: emulator.url,
+      TM_CACHE_PORT: '0',
+      TM_CACHE_MANAGEMENT_PORT: '0',
+      TM_CACHE_HMAC_SECRET: HMAC_SECRET,
+      TM_CACHE_REDIS_PASSWORD: SERVER_PASSWORD,
+      TM_CACHE_LOG_ACCESS: 'off',
+      ...env,
     });
     running.push(s);
     return s;
@@ -285,11 +308,13 @@ describe('Redis over TLS', () => {
   it('Redis Sentinel over TLS (servers and sentinels), with AUTH on both: two replicas share answers through it', async () => {
     tlsSentinels = await startSentinels({ password: SERVER_PASSWORD, sentinelPassword: SENTINEL_PASSWORD, tls: pki });
     const list = tlsSentinels.sentinels.map((n) => `"${n}"`).join(', ');
-    await expectServesShare(`cache:\n  redis:\n    mode: sentinel\n    tls: true\n    sentinelName: ${tlsSentinels.name}\n    sentinels: [${list}]\n`, () => tlsSentinels!.keys(RUNS_ENTRIES));
+    await expectServesShare(`cache:\n  redis:\n    mode: sentinel\n    tls: true\n    sentinelName: ${tlsSentinels.name}\n    sentinels: [${list}]\n`, () =>
+      tlsSentinels!.keys(RUNS_ENTRIES),
+    );
   }, 90_000);
 
   it('refuses a server its CAs do not vouch for: degraded, never connected unverified, still answering', async () => {
-    const s = await serve({ TM_CACHE_REDIS: `rediss://localhost:${tlsPort}`});
+    const s = await serve({ TM_CACHE_REDIS: `rediss://localhost:${tlsPort}` });
     const check = await redisCheck(s.management);
     expect(check.status).toBe('degraded');
     const m = emulator.tokens.member(2);

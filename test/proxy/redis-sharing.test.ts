@@ -32,7 +32,6 @@ async function replica(extra: DeepPartial<Config['cache']['redis']> = {}): Promi
   return p;
 }
 
-
 beforeAll(async () => {
   emulator = await startTestEmulator();
   redis = await startRedis();
@@ -108,10 +107,7 @@ describe('what Redis holds', () => {
     const p = await replica();
     const admin = emulator.tokens.admin();
     const member = emulator.tokens.member(0);
-    const bodies = [
-      await p.get('/api/v1/users?expands=roles', admin.token),
-      await p.get(`/api/v1/projects/${member.project_ids[0]}/runs`, member.token),
-    ];
+    const bodies = [await p.get('/api/v1/users?expands=roles', admin.token), await p.get(`/api/v1/projects/${member.project_ids[0]}/runs`, member.token)];
     const client = new Redis(redis.url);
     try {
       await until(async () => (await client.dbsize()) > 4);
@@ -178,7 +174,7 @@ describe('when Redis fails', () => {
     expect(ready.status).toBe(200);
     expect(await ready.json()).toMatchObject({ status: 'degraded', checks: { redis: { status: 'degraded' } } });
     await redis.restart();
-    await until(async () => (await (await fetch(`${a.managementUrl}/readyz`)).json() as { status: string }).status === 'ok');
+    await until(async () => ((await (await fetch(`${a.managementUrl}/readyz`)).json()) as { status: string }).status === 'ok');
     stop = true;
     await load;
     expect(failures).toEqual([]);

@@ -112,7 +112,7 @@ describe('with admin.token unset', () => {
       for (const route of [...ROUTES, '/']) {
         const targets = route === '/' ? ['/', '/?x=1', `http://${host}/`] : spellingsOf(route, host);
         for (const target of targets) {
-          for (const headers of [{}, { authorization: "Bearer " }, { authorization: `Bearer ${TOKEN}` }] as Record<string, string>[]) {
+          for (const headers of [{}, { authorization: 'Bearer ' }, { authorization: `Bearer ${TOKEN}` }] as Record<string, string>[]) {
             const method = route === '/admin/purge' ? 'POST' : 'GET';
             const res = await sendRawRequest(p.managementUrl, method, target, headers, method === 'POST' ? '{"all":true}' : undefined);
             expect(res.status, `${method} ${target}`).toBe(404);
@@ -128,7 +128,12 @@ describe('with admin.token unset', () => {
 describe('failed admin authentications', () => {
   it('are counted, logged at most once per window without the presented token, and slow the failing source down', async () => {
     const lines: string[] = [];
-    const sink = new Writable({ write: (chunk: Buffer, _enc, done) => { lines.push(chunk.toString()); done(); } });
+    const sink = new Writable({
+      write: (chunk: Buffer, _enc, done) => {
+        lines.push(chunk.toString());
+        done();
+      },
+    });
     const p = await startProxy(makeConfig(emulator.url, { admin: { token: TOKEN } }), { logger: pino({ level: 'info' }, sink) });
     try {
       const guess = 'guessed-token-SECRET-VALUE-42';

@@ -21,7 +21,12 @@ describe('callers never receive each other’s data', () => {
         const viaProxy = await env.proxy.get('/api/v1/projects?per_page=100', m.token);
         const direct = await httpGet(`${env.emulator.url}/api/v1/projects?per_page=100`, m.token);
         expect(viaProxy.body.equals(direct.body)).toBe(true);
-        expect(viaProxy.json().result.map((p: { id: number }) => p.id).sort()).toEqual([...m.project_ids].sort());
+        expect(
+          viaProxy
+            .json()
+            .result.map((p: { id: number }) => p.id)
+            .sort(),
+        ).toEqual([...m.project_ids].sort());
       }
     }
   });

@@ -75,7 +75,7 @@ afterAll(async () => {
 });
 
 describe('a cross-origin browser dashboard', () => {
-  it('reads a cached answer with the instance\'s CORS headers, and each origin gets its own', { timeout: 60_000 }, async () => {
+  it("reads a cached answer with the instance's CORS headers, and each origin gets its own", { timeout: 60_000 }, async () => {
     const [first, second] = [await startDashboard(), await startDashboard()];
     await emulator.faults({ cors: { origins: [first, second], expose_headers: 'ETag, Cache-Status' } });
     try {

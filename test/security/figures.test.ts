@@ -92,7 +92,9 @@ describe('upstream requests, as the instance received them', () => {
     expect(stats.series.reduce((n: number, b: { upstream: number }) => n + b.upstream, 0)).toBe(received);
     // The metrics the dashboards' offload is computed from (ops/grafana-dashboard.json).
     expect(await metricSum(p.managementUrl, 'tm_cache_upstream_responses_total')).toBe(received);
-    expect(await metricSum(p.managementUrl, 'tm_cache_requests_total') - (await metricSum(p.managementUrl, 'tm_cache_requests_total', { outcome: 'passthrough' }))).toBe(cacheable);
+    expect(
+      (await metricSum(p.managementUrl, 'tm_cache_requests_total')) - (await metricSum(p.managementUrl, 'tm_cache_requests_total', { outcome: 'passthrough' })),
+    ).toBe(cacheable);
 
     // Attributed: identity look-ups under their own name, the forwards to the caller's user.
     const byOperation = Object.fromEntries(stats.top.operations.map((r: { operation: string; upstreamRequests: number }) => [r.operation, r.upstreamRequests]));
@@ -105,7 +107,7 @@ describe('upstream requests, as the instance received them', () => {
   });
 });
 
-describe('a replica that waited for another replica\'s fill', () => {
+describe("a replica that waited for another replica's fill", () => {
   it('says it was collapsed (RFC 9211) in Cache-Status, the access log, the metrics and /admin/stats, and made no upstream request', async () => {
     const redis = { url: env.redis.url, commandTimeoutMs: 2_000, lockWaitMs: 5_000, keyPrefix: 'collapsed:' };
     const a = await env.replica({ cache: { redis } });

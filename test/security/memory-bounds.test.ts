@@ -66,9 +66,7 @@ describe('identities', () => {
   it('are one GET /user for one token written many ways at once', async () => {
     const member = env.emulator.tokens.member(2);
     const path = `/api/v1/projects/${member.project_ids[0]}`;
-    const all = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => httpGet(env.proxy.url + path, undefined, { authorization: spelling(member.token, i) })),
-    );
+    const all = await Promise.all(Array.from({ length: 40 }, (_, i) => httpGet(env.proxy.url + path, undefined, { authorization: spelling(member.token, i) })));
     expect(all.map((r) => r.status)).toEqual(all.map(() => 200));
     expect((await env.emulator.stats()).by_route[USER_ROUTE]).toBe(1);
   });

@@ -177,7 +177,15 @@ describe('logging of forwarded requests', () => {
     // Written once the response is done on the server's side, which may be just after the client has it.
     await until(() => lines.length > 0);
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatchObject({ level: 30, msg: 'access', outcome: 'passthrough', method: 'PATCH', path: '/api/v1/projects/1', status: res.status, upstreamMs: expect.any(Number) });
+    expect(lines[0]).toMatchObject({
+      level: 30,
+      msg: 'access',
+      outcome: 'passthrough',
+      method: 'PATCH',
+      path: '/api/v1/projects/1',
+      status: res.status,
+      upstreamMs: expect.any(Number),
+    });
     expect(raw.join('')).not.toMatch(/sekrit|notify=1/);
   });
 });

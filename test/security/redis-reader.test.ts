@@ -35,9 +35,16 @@ async function dump(prefix: string): Promise<Dump> {
   for (const key of keys) {
     const type = await env.client.type(key);
     // Strings (entries, identities), sets (tags), and the fleet budget's hash (rates and times, no caller's data): all read.
-    const value = type === 'string' ? await env.client.getBuffer(key)
-      : type === 'hash' ? Buffer.from(Object.entries(await env.client.hgetall(key)).flat().join('\n'))
-      : Buffer.from((await env.client.smembers(key)).join('\n'));
+    const value =
+      type === 'string'
+        ? await env.client.getBuffer(key)
+        : type === 'hash'
+          ? Buffer.from(
+              Object.entries(await env.client.hgetall(key))
+                .flat()
+                .join('\n'),
+            )
+          : Buffer.from((await env.client.smembers(key)).join('\n'));
     if (value === null) continue;
     values.set(key, value);
     texts.push(value.toString('latin1'), ...gunzipEverywhere(value));
@@ -68,7 +75,10 @@ function gunzipEverywhere(value: Buffer): string[] {
  * within its connect timeout serves from memory alone; either way its writes would never land.
  */
 async function traffic(prefix: string, overrides: DeepPartial<Config>): Promise<{ admin: TokenInfo; member: TokenInfo; email: string }> {
-  const p = await env.replica({ ...overrides, cache: { redis: { url: env.redis.url, keyPrefix: prefix, commandTimeoutMs: 5_000, connectTimeoutMs: 10_000, ...overrides.cache?.redis } } });
+  const p = await env.replica({
+    ...overrides,
+    cache: { redis: { url: env.redis.url, keyPrefix: prefix, commandTimeoutMs: 5_000, connectTimeoutMs: 10_000, ...overrides.cache?.redis } },
+  });
   const [admin, member] = [env.emulator.tokens.admin(), env.emulator.tokens.member(0)];
   const users = await p.get('/api/v1/users', admin.token);
   expect(users.status).toBe(200);
@@ -99,7 +109,10 @@ describe('someone who can read Redis', () => {
     sealed = await dump('sealed:');
     await traffic('plain:', { identity: { hmacSecret: HMAC_SECRET.toString('hex') } });
     plain = await dump('plain:');
-    await traffic('configured:', { identity: { hmacSecret: HMAC_SECRET.toString('hex') }, cache: { redis: { encryptionKeys: { k1: ENCRYPTION_KEY }, encryptionKeyId: 'k1' } } });
+    await traffic('configured:', {
+      identity: { hmacSecret: HMAC_SECRET.toString('hex') },
+      cache: { redis: { encryptionKeys: { k1: ENCRYPTION_KEY }, encryptionKeyId: 'k1' } },
+    });
     plainConfigured = await dump('configured:');
   });
 

@@ -81,7 +81,10 @@ describe('a replica with a shared Redis and no secret of its own', () => {
   });
 
   it('starts with TM_CACHE_HMAC_SECRET, or with encryption keys alone', async () => {
-    for (const secret of [{ TM_CACHE_HMAC_SECRET: SECRET }, { TM_CACHE_REDIS_ENCRYPTION_KEYS: `k1:${ENCRYPTION_KEY}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'k1' }]) {
+    for (const secret of [
+      { TM_CACHE_HMAC_SECRET: SECRET },
+      { TM_CACHE_REDIS_ENCRYPTION_KEYS: `k1:${ENCRYPTION_KEY}`, TM_CACHE_REDIS_ENCRYPTION_KEY_ID: 'k1' },
+    ]) {
       const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--management-port', '0', '--redis', env.redis.url], {
         env: { PATH: process.env['PATH'] ?? '', TM_CACHE_UPSTREAM: env.emulator.url, ...secret },
       });
@@ -133,7 +136,7 @@ describe('two replicas with the same configured secret', () => {
   });
 });
 
-describe('a value in Redis that does not verify under the reader\'s secret', () => {
+describe("a value in Redis that does not verify under the reader's secret", () => {
   it('is a miss, counted, and left in Redis for the replica that wrote it', async () => {
     const prefix = 'foreign:';
     const member = env.emulator.tokens.member(0);
@@ -186,7 +189,7 @@ describe('what an entry read back from Redis claims', () => {
     return `/api/v1/projects?page=${page}`;
   }
 
-  it('is fresh for no longer than the reader\'s own freshness rule gives the operation (30 million seconds claimed)', async () => {
+  it("is fresh for no longer than the reader's own freshness rule gives the operation (30 million seconds claimed)", async () => {
     const now = Date.now();
     const claimedMs = 30_000_000_000;
     const path = await plant(8, { storedAt: now, freshUntil: now + claimedMs, staleWhileRevalidateUntil: now + claimedMs, staleIfErrorUntil: now + claimedMs });
@@ -276,7 +279,12 @@ async function replicaWithLog(overrides: DeepPartial<Config>): Promise<{ proxy: 
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
-      lines.push(...chunk.toString().split('\n').filter((l) => l !== ''));
+      lines.push(
+        ...chunk
+          .toString()
+          .split('\n')
+          .filter((l) => l !== ''),
+      );
       done();
     },
   });

@@ -95,7 +95,11 @@ async function idsInside(projectId: number): Promise<Record<string, number>> {
     if (items.length === 0) throw new Error(`project ${projectId} has no ${what}`);
     return items[0]!.id;
   };
-  const runs = (await httpGet(`${emulator.url}/api/v1/projects/${projectId}/runs?per_page=100`, member.token)).json().result as { id: number; total_count: number; untested_count: number }[];
+  const runs = (await httpGet(`${emulator.url}/api/v1/projects/${projectId}/runs?per_page=100`, member.token)).json().result as {
+    id: number;
+    total_count: number;
+    untested_count: number;
+  }[];
   const run = runs.find((r) => r.total_count > r.untested_count);
   if (run === undefined) throw new Error(`project ${projectId} has no run with results`);
   return {
@@ -157,12 +161,21 @@ describe('a user who lost a project', () => {
     if (id === 'listProjects') expect(lists((await memoryOnly.get(path, token)).json(), projectId)).toBe(true);
     expect((await memoryOnly.get(path, token)).headers['cache-status']).toMatch(/^tm-cache; hit;.*detail=memory$/);
     // The filler's entry is in Redis, with its tags: the reader would find it fresh there.
-    const operationTag = `every-${id}:tag:op:${id}${getOperation(id).pathIds.length === 0 ? '' : `:${getOperation(id).pathIds.map((n) => pathIds[n]).join(',')}`}`;
+    const operationTag = `every-${id}:tag:op:${id}${
+      getOperation(id).pathIds.length === 0
+        ? ''
+        : `:${getOperation(id)
+            .pathIds.map((n) => pathIds[n])
+            .join(',')}`
+    }`;
     await until(async () => (await client.exists(operationTag)) === 1);
 
     await emulator.mutate({ op: 'revoke_project', user_id: userId, project_id: projectId });
     clock += CONFIRM_MS + 1_000;
-    for (const [where, p] of [['memory', memoryOnly], ['redis', reader]] as const) {
+    for (const [where, p] of [
+      ['memory', memoryOnly],
+      ['redis', reader],
+    ] as const) {
       const res = await p.get(path, token);
       const row = TABLE[id] as Extract<Row, { reveals: 'the project' }>;
       // Whatever is answered comes from the instance, as it answers now.

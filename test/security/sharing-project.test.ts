@@ -70,7 +70,11 @@ afterAll(async () => {
 /** One of each thing inside the project (a run with results), asked of the emulator directly. */
 async function idsInside(id: number): Promise<Record<string, number>> {
   const first = async (path: string): Promise<number> => ((await httpGet(`${emulator.url}/api/v1${path}`, a.token)).json().result as { id: number }[])[0]!.id;
-  const runs = (await httpGet(`${emulator.url}/api/v1/projects/${id}/runs?per_page=100`, a.token)).json().result as { id: number; total_count: number; untested_count: number }[];
+  const runs = (await httpGet(`${emulator.url}/api/v1/projects/${id}/runs?per_page=100`, a.token)).json().result as {
+    id: number;
+    total_count: number;
+    untested_count: number;
+  }[];
   return {
     project_id: id,
     run_id: runs.find((r) => r.total_count > r.untested_count)!.id,
@@ -206,8 +210,17 @@ describe('a member denied one area of the project', () => {
 
 /** Every operation whose answers are shared by project. */
 const SHARED: readonly OperationId[] = [
-  'listProjectUsers', 'getProject', 'listRuns', 'getRun', 'listRunResults', 'listMilestones', 'getMilestone',
-  'listSessions', 'getSession', 'listAutomationSources', 'getAutomationSource',
+  'listProjectUsers',
+  'getProject',
+  'listRuns',
+  'getRun',
+  'listRunResults',
+  'listMilestones',
+  'getMilestone',
+  'listSessions',
+  'getSession',
+  'listAutomationSources',
+  'getAutomationSource',
 ];
 
 describe('a member who lost the project', () => {

@@ -105,7 +105,9 @@ describe('a stalled Redis', () => {
     const body = await readiness(p);
     expect(body.status).toBe('degraded');
     // In words, not the client library's: what happened, what is done meanwhile, when it is tried again.
-    expect(body.checks.redis.detail).toMatch(/^Redis did not answer 3 commands in a row \(timed out\): skipped, trying it again in \d+ s: serving from memory and upstream$/);
+    expect(body.checks.redis.detail).toMatch(
+      /^Redis did not answer 3 commands in a row \(timed out\): skipped, trying it again in \d+ s: serving from memory and upstream$/,
+    );
     await ended;
   });
 

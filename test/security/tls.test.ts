@@ -179,7 +179,16 @@ describe('TLS settings', () => {
   };
 
   it('are set by environment variables and flags', () => {
-    const fromEnv = loadConfig({ argv: [], env: { ...base, TM_CACHE_TLS_CERT_FILE: first.cert, TM_CACHE_TLS_KEY_FILE: first.key, TM_CACHE_TLS_CLIENT_CA_FILE: ca.cert, TM_CACHE_TLS_MANAGEMENT: 'false' } });
+    const fromEnv = loadConfig({
+      argv: [],
+      env: {
+        ...base,
+        TM_CACHE_TLS_CERT_FILE: first.cert,
+        TM_CACHE_TLS_KEY_FILE: first.key,
+        TM_CACHE_TLS_CLIENT_CA_FILE: ca.cert,
+        TM_CACHE_TLS_MANAGEMENT: 'false',
+      },
+    });
     expect(fromEnv.server.tls).toEqual({ certFile: first.cert, keyFile: first.key, clientCaFile: ca.cert, management: false });
     const fromFlags = loadConfig({ argv: ['--tls-cert-file', first.cert, `--tls-key-file=${first.key}`, '--tls-client-ca-file', ca.cert], env: base });
     expect(fromFlags.server.tls).toEqual({ certFile: first.cert, keyFile: first.key, clientCaFile: ca.cert, management: true });
@@ -189,12 +198,36 @@ describe('TLS settings', () => {
     ['a certificate without a key', { TM_CACHE_TLS_CERT_FILE: 'CERT' }, 'server.tls.keyFile'],
     ['a key without a certificate', { TM_CACHE_TLS_KEY_FILE: 'KEY' }, 'server.tls.certFile: received ""'],
     ['a client CA without TLS', { TM_CACHE_TLS_CLIENT_CA_FILE: 'CA' }, 'server.tls.clientCaFile (from TM_CACHE_TLS_CLIENT_CA_FILE)'],
-    ['a file that is not there', { TM_CACHE_TLS_CERT_FILE: '/nonexistent/tls.crt', TM_CACHE_TLS_KEY_FILE: 'KEY' }, 'server.tls.certFile (from TM_CACHE_TLS_CERT_FILE): "/nonexistent/tls.crt" cannot be read (ENOENT)'],
-    ['a certificate file that holds no certificate', { TM_CACHE_TLS_CERT_FILE: 'KEY', TM_CACHE_TLS_KEY_FILE: 'KEY' }, 'server.tls.certFile (from TM_CACHE_TLS_CERT_FILE): "KEY" holds no PEM certificate'],
-    ['a key file that holds no key', { TM_CACHE_TLS_CERT_FILE: 'CERT', TM_CACHE_TLS_KEY_FILE: 'CERT' }, 'server.tls.keyFile (from TM_CACHE_TLS_KEY_FILE): "CERT" holds no unencrypted PEM private key'],
-    ['the key of another certificate', { TM_CACHE_TLS_CERT_FILE: 'CERT', TM_CACHE_TLS_KEY_FILE: 'OTHER_KEY' }, 'is not the private key of the certificate in server.tls.certFile'],
-    ['a client CA file that holds no certificate', { TM_CACHE_TLS_CERT_FILE: 'CERT', TM_CACHE_TLS_KEY_FILE: 'KEY', TM_CACHE_TLS_CLIENT_CA_FILE: 'KEY' }, 'server.tls.clientCaFile (from TM_CACHE_TLS_CLIENT_CA_FILE): "KEY" holds no PEM certificate'],
-    ['a management setting that is not true or false', { TM_CACHE_TLS_MANAGEMENT: 'yes' }, 'server.tls.management (from TM_CACHE_TLS_MANAGEMENT): received "yes"; allowed: true or false'],
+    [
+      'a file that is not there',
+      { TM_CACHE_TLS_CERT_FILE: '/nonexistent/tls.crt', TM_CACHE_TLS_KEY_FILE: 'KEY' },
+      'server.tls.certFile (from TM_CACHE_TLS_CERT_FILE): "/nonexistent/tls.crt" cannot be read (ENOENT)',
+    ],
+    [
+      'a certificate file that holds no certificate',
+      { TM_CACHE_TLS_CERT_FILE: 'KEY', TM_CACHE_TLS_KEY_FILE: 'KEY' },
+      'server.tls.certFile (from TM_CACHE_TLS_CERT_FILE): "KEY" holds no PEM certificate',
+    ],
+    [
+      'a key file that holds no key',
+      { TM_CACHE_TLS_CERT_FILE: 'CERT', TM_CACHE_TLS_KEY_FILE: 'CERT' },
+      'server.tls.keyFile (from TM_CACHE_TLS_KEY_FILE): "CERT" holds no unencrypted PEM private key',
+    ],
+    [
+      'the key of another certificate',
+      { TM_CACHE_TLS_CERT_FILE: 'CERT', TM_CACHE_TLS_KEY_FILE: 'OTHER_KEY' },
+      'is not the private key of the certificate in server.tls.certFile',
+    ],
+    [
+      'a client CA file that holds no certificate',
+      { TM_CACHE_TLS_CERT_FILE: 'CERT', TM_CACHE_TLS_KEY_FILE: 'KEY', TM_CACHE_TLS_CLIENT_CA_FILE: 'KEY' },
+      'server.tls.clientCaFile (from TM_CACHE_TLS_CLIENT_CA_FILE): "KEY" holds no PEM certificate',
+    ],
+    [
+      'a management setting that is not true or false',
+      { TM_CACHE_TLS_MANAGEMENT: 'yes' },
+      'server.tls.management (from TM_CACHE_TLS_MANAGEMENT): received "yes"; allowed: true or false',
+    ],
   ])('refuse %s, naming the setting', (_, env, named) => {
     const paths: Record<string, string> = { CERT: first.cert, KEY: first.key, OTHER_KEY: second.key, CA: ca.cert };
     const resolved = Object.fromEntries(Object.entries(env).map(([k, v]) => [k, paths[v] ?? v]));
@@ -205,7 +238,13 @@ describe('TLS settings', () => {
   });
 
   it('stop `serve` with exit code 2 naming the setting', async () => {
-    const spawned = spawnServe({ TM_CACHE_UPSTREAM: emulator.url, TM_CACHE_PORT: '0', TM_CACHE_MANAGEMENT_PORT: '0', TM_CACHE_TLS_CERT_FILE: first.cert, TM_CACHE_TLS_KEY_FILE: second.key });
+    const spawned = spawnServe({
+      TM_CACHE_UPSTREAM: emulator.url,
+      TM_CACHE_PORT: '0',
+      TM_CACHE_MANAGEMENT_PORT: '0',
+      TM_CACHE_TLS_CERT_FILE: first.cert,
+      TM_CACHE_TLS_KEY_FILE: second.key,
+    });
     try {
       await until(() => spawned.child.exitCode !== null);
     } finally {
@@ -239,8 +278,11 @@ describe('TLS certificates on SIGHUP', () => {
     symlinkSync(join(real, 'tls.crt'), join(links, 'tls.crt'));
     symlinkSync(join(real, 'tls.key'), join(links, 'tls.key'));
     serve = await startServe({
-      TM_CACHE_UPSTREAM: emulator.url, TM_CACHE_PORT: '0', TM_CACHE_MANAGEMENT_PORT: '0',
-      TM_CACHE_TLS_CERT_FILE: join(links, 'tls.crt'), TM_CACHE_TLS_KEY_FILE: join(links, 'tls.key'),
+      TM_CACHE_UPSTREAM: emulator.url,
+      TM_CACHE_PORT: '0',
+      TM_CACHE_MANAGEMENT_PORT: '0',
+      TM_CACHE_TLS_CERT_FILE: join(links, 'tls.crt'),
+      TM_CACHE_TLS_KEY_FILE: join(links, 'tls.key'),
     });
     expect(serve.url).toMatch(/^https:\/\//);
     expect(await servedSerial(serve.url)).toBe(first.serial);
@@ -251,9 +293,16 @@ describe('TLS certificates on SIGHUP', () => {
     await until(async () => (await servedSerial(serve!.url)) === second.serial);
     expect(await servedSerial(serve.management)).toBe(second.serial);
     // The log says which certificate is served now, and why.
-    const reloaded = () => serve!.output().split('\n').filter((l) => l.includes('"msg":"TLS certificate reloaded')).map((l) => JSON.parse(l));
+    const reloaded = () =>
+      serve!
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('"msg":"TLS certificate reloaded'))
+        .map((l) => JSON.parse(l));
     await until(() => reloaded().length > 0);
-    expect(reloaded()).toEqual([expect.objectContaining({ cause: 'SIGHUP', result: 'applied', serving: expect.objectContaining({ serialNumber: second.serial }) })]);
+    expect(reloaded()).toEqual([
+      expect.objectContaining({ cause: 'SIGHUP', result: 'applied', serving: expect.objectContaining({ serialNumber: second.serial }) }),
+    ]);
     expect(serve.child.exitCode).toBeNull();
   });
 });

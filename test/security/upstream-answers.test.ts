@@ -154,7 +154,12 @@ describe('a Retry-After beyond upstream.maxRetryAfterMs', () => {
   });
 
   it('on a 429 from GET /user, is relayed capped', async () => {
-    upstream.answer = on('/api/v1/user', 429, { 'content-type': 'application/json', 'retry-after': '99999999999' }, '{"message":"Too many requests.","errors":{}}');
+    upstream.answer = on(
+      '/api/v1/user',
+      429,
+      { 'content-type': 'application/json', 'retry-after': '99999999999' },
+      '{"message":"Too many requests.","errors":{}}',
+    );
     const res = await proxy.get('/api/v1/projects', 'u8');
     expect(res.status).toBe(429);
     expect(res.headers['retry-after']).toBe(String(MAX_RETRY_AFTER_MS / 1000));

@@ -61,17 +61,12 @@ describe('answerFailure', () => {
     expect(answerFailure(res, asked)).toMatchObject({ code, status, message });
   });
 
-  it.each([
-    answer(200, JSON_TYPE),
-    answer(302, HTML),
-    answer(401, HTML),
-    answer(403, HTML),
-    answer(404, JSON_TYPE),
-    answer(422, JSON_TYPE),
-    answer(429, HTML),
-  ])('%o is the instance\'s verdict, no failure', (res) => {
-    expect(answerFailure(res)).toBeUndefined();
-  });
+  it.each([answer(200, JSON_TYPE), answer(302, HTML), answer(401, HTML), answer(403, HTML), answer(404, JSON_TYPE), answer(422, JSON_TYPE), answer(429, HTML)])(
+    "%o is the instance's verdict, no failure",
+    (res) => {
+      expect(answerFailure(res)).toBeUndefined();
+    },
+  );
 });
 
 describe('describeAnswer', () => {

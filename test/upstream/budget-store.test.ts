@@ -39,11 +39,7 @@ describe('memory: a replica’s share of the budget', () => {
 
   it('bounds every field of a stored state, so garbage cannot lift or stop the budget for ever', () => {
     const now = 1_000_000;
-    const state = normalizeState(
-      { tokens: 1e12, rateRps: 1e9, pauseUntilMs: now + 1e12, atMs: Number.NaN, limitRps: -5, windowCount: -1 },
-      SHAPE,
-      now,
-    );
+    const state = normalizeState({ tokens: 1e12, rateRps: 1e9, pauseUntilMs: now + 1e12, atMs: Number.NaN, limitRps: -5, windowCount: -1 }, SHAPE, now);
     expect(state.rateRps).toBe(40);
     expect(state.tokens).toBe(40);
     expect(state.pauseUntilMs).toBe(now + 600_000);

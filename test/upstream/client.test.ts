@@ -35,7 +35,18 @@ afterAll(async () => {
 });
 
 function options(over: Partial<UpstreamOptions> = {}): UpstreamOptions {
-  return { url, connectTimeoutMs: 2_000, headersTimeoutMs: 5_000, bodyTimeoutMs: 5_000, connections: 4, maxConcurrent: 4, maxQueue: 4, maxPerUser: 8, maxBodyBytes: 1 << 20, ...over };
+  return {
+    url,
+    connectTimeoutMs: 2_000,
+    headersTimeoutMs: 5_000,
+    bodyTimeoutMs: 5_000,
+    connections: 4,
+    maxConcurrent: 4,
+    maxQueue: 4,
+    maxPerUser: 8,
+    maxBodyBytes: 1 << 20,
+    ...over,
+  };
 }
 
 describe('UpstreamClient', () => {

@@ -126,7 +126,10 @@ describe('fleet budget: taking tokens', () => {
     ask('third', 'client', 3);
     ask('fourth', 'client', 4); // past the queue bound
     await vi.advanceTimersByTimeAsync(0);
-    expect(refused.map((r) => [r.name, r.error.reason])).toEqual([['flood3', 'queue-full'], ['fourth', 'queue-full']]);
+    expect(refused.map((r) => [r.name, r.error.reason])).toEqual([
+      ['flood3', 'queue-full'],
+      ['fourth', 'queue-full'],
+    ]);
     await vi.advanceTimersByTimeAsync(500);
     expect(granted.slice(4).sort()).toEqual(['flood1', 'flood2', 'other1', 'other2', 'third']);
   });
@@ -342,4 +345,3 @@ describe('fleet budget: reports', () => {
     expect(refused.map((r) => r.error.reason)).toEqual(['closed']);
   });
 });
-

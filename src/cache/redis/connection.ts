@@ -336,10 +336,13 @@ export class RedisConnection {
     if (waitMs === undefined || this.#closed) return;
     // Disconnected: ioredis reconnects by itself; the breaker is probed once it is back.
     if (!this.healthy() || waitMs > 0) {
-      this.#probeTimer = setTimeout(() => {
-        this.#probeTimer = undefined;
-        this.#probe();
-      }, Math.max(waitMs, this.#settings.breakerCooldownMs ?? DEFAULT_BREAKER_COOLDOWN_MS));
+      this.#probeTimer = setTimeout(
+        () => {
+          this.#probeTimer = undefined;
+          this.#probe();
+        },
+        Math.max(waitMs, this.#settings.breakerCooldownMs ?? DEFAULT_BREAKER_COOLDOWN_MS),
+      );
       this.#probeTimer.unref();
       return;
     }

@@ -221,11 +221,13 @@ export class RedisTier implements CacheTier {
     }
     // Redis expires the entry by itself at expiresAt (PX); each tag set lives as long as its
     // longest-lived member (the script only ever extends its TTL).
-    await this.connection.call('set', (c) =>
-      Promise.all([
-        c.set(entryKey, stored, 'PX', ttlMs),
-        ...entry.tags.map((tag) => (c as unknown as TagCommands).tmcTagAdd(this.connection.tagKey(tag), entryKey, ttlMs)),
-      ]),
+    await this.connection.call(
+      'set',
+      (c) =>
+        Promise.all([
+          c.set(entryKey, stored, 'PX', ttlMs),
+          ...entry.tags.map((tag) => (c as unknown as TagCommands).tmcTagAdd(this.connection.tagKey(tag), entryKey, ttlMs)),
+        ]),
       budget,
     );
   }

@@ -106,8 +106,12 @@
   let last: Stats | null = null;
 
   // ---- formatting -------------------------------------------------------------------------
-  function isNum(v: unknown): v is number { return typeof v === 'number' && isFinite(v); }
-  function pct(v: unknown): string { return isNum(v) ? (v * 100).toFixed(1) + ' %' : '—'; }
+  function isNum(v: unknown): v is number {
+    return typeof v === 'number' && isFinite(v);
+  }
+  function pct(v: unknown): string {
+    return isNum(v) ? (v * 100).toFixed(1) + ' %' : '—';
+  }
   function count(v: unknown): string {
     if (!isNum(v)) return '—';
     const a = Math.abs(v);
@@ -117,18 +121,26 @@
     const digits = a / scale < 10 ? 2 : a / scale < 100 ? 1 : 0;
     return (v / scale).toFixed(digits) + unit;
   }
-  function rate(v: unknown): string { return isNum(v) ? (v < 10 ? v.toFixed(2) : count(v)) + ' /s' : '—'; }
+  function rate(v: unknown): string {
+    return isNum(v) ? (v < 10 ? v.toFixed(2) : count(v)) + ' /s' : '—';
+  }
   function bytes(v: unknown): string {
     if (!isNum(v)) return '—';
     const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
     let i = 0;
-    while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    while (Math.abs(v) >= 1024 && i < units.length - 1) {
+      v /= 1024;
+      i++;
+    }
     return (i === 0 ? String(v) : v.toFixed(Math.abs(v) < 10 ? 2 : 1)) + ' ' + units[i];
   }
   function duration(seconds: unknown): string {
     if (!isNum(seconds)) return '—';
     const s = Math.max(0, Math.floor(seconds));
-    const d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60), sec = s % 60;
+    const d = Math.floor(s / 86400),
+      h = Math.floor((s % 86400) / 3600),
+      m = Math.floor((s % 3600) / 60),
+      sec = s % 60;
     if (d > 0) return d + ' d ' + h + ' h';
     if (h > 0) return h + ' h ' + m + ' min';
     if (m > 0) return m + ' min ' + sec + ' s';
@@ -140,14 +152,22 @@
   }
   function clock(t: number): string {
     const d = new Date(t);
-    function two(n: number): string { return (n < 10 ? '0' : '') + n; }
+    function two(n: number): string {
+      return (n < 10 ? '0' : '') + n;
+    }
     return two(d.getHours()) + ':' + two(d.getMinutes()) + ':' + two(d.getSeconds());
   }
-  function text(v: unknown): string { return v === null || v === undefined || v === '' ? '—' : String(v); }
+  function text(v: unknown): string {
+    return v === null || v === undefined || v === '' ? '—' : String(v);
+  }
 
   // ---- DOM helpers (text only: never innerHTML) -------------------------------------------
-  function stat(name: string): Element | null { return document.querySelector('[data-stat="' + name + '"]'); }
-  function stats(name: string): Element[] { return Array.from(document.querySelectorAll('[data-stat="' + name + '"]')); }
+  function stat(name: string): Element | null {
+    return document.querySelector('[data-stat="' + name + '"]');
+  }
+  function stats(name: string): Element[] {
+    return Array.from(document.querySelectorAll('[data-stat="' + name + '"]'));
+  }
   /** Shows a figure: its formatted text, and the raw value in data-value for tests and tools. */
   function setStat(name: string, shown: string, raw: unknown): void {
     stats(name).forEach(function (el) {
@@ -158,7 +178,9 @@
   /** A state word (up, down, ok, degraded…), coloured by its class. */
   function setState(name: string, value: unknown): void {
     setStat(name, text(value), value);
-    stats(name).forEach(function (el) { el.className = 'state-' + String(value).replace(/[^a-z]/g, ''); });
+    stats(name).forEach(function (el) {
+      el.className = 'state-' + String(value).replace(/[^a-z]/g, '');
+    });
   }
   function cell(tag: 'td' | 'th', content: string, cls?: string): HTMLTableCellElement {
     const el = document.createElement(tag);
@@ -176,12 +198,18 @@
     for (const k in attrs) el.setAttribute(k, String(attrs[k]));
     return el;
   }
-  function num(v: unknown): number { return isNum(v) ? v : 0; }
+  function num(v: unknown): number {
+    return isNum(v) ? v : 0;
+  }
 
   // ---- series -----------------------------------------------------------------------------
   /** The buckets that are over: every one but the last, which is the current, partial bucket. */
-  function completeBuckets(series: Bucket[] | undefined): Bucket[] { return Array.isArray(series) ? series.slice(0, -1) : []; }
-  function cacheable(b: Bucket): number { return num(b.requests) - num(b.byOutcome && b.byOutcome.passthrough); }
+  function completeBuckets(series: Bucket[] | undefined): Bucket[] {
+    return Array.isArray(series) ? series.slice(0, -1) : [];
+  }
+  function cacheable(b: Bucket): number {
+    return num(b.requests) - num(b.byOutcome && b.byOutcome.passthrough);
+  }
   function bucketHitRatio(b: Bucket): number | null {
     const c = cacheable(b);
     return c > 0 ? (num(b.byOutcome.hit) + num(b.byOutcome.stale)) / c : null;
@@ -206,7 +234,9 @@
     completeBuckets(series).forEach(function (b) {
       if (b.t + BUCKET_MS <= end && b.t + BUCKET_MS > end - RATE_WINDOW_MS) {
         sums.total += num(b.requests);
-        OUTCOMES.forEach(function (o) { sums[o] += num(b.byOutcome && b.byOutcome[o]); });
+        OUTCOMES.forEach(function (o) {
+          sums[o] += num(b.byOutcome && b.byOutcome[o]);
+        });
       }
     });
     const out: Rates = { from: start, to: end, seconds: seconds, ...sums };
@@ -243,14 +273,21 @@
     const span = Math.max(5 * 60000, first !== undefined ? end - first.t : 0);
     const begin = end - span;
     const f: Frame = {
-      width: width, height: height, pad: pad, minutes: Math.round(span / 60000),
-      barWidth: Math.max(1, BUCKET_MS / span * (width - pad.l - pad.r) - 1),
-      x: function (t) { return pad.l + (t + BUCKET_MS / 2 - begin) / span * (width - pad.l - pad.r); },
-      y: function (v, max) { return pad.t + (1 - Math.max(0, Math.min(1, v / max))) * (height - pad.t - pad.b); },
+      width: width,
+      height: height,
+      pad: pad,
+      minutes: Math.round(span / 60000),
+      barWidth: Math.max(1, (BUCKET_MS / span) * (width - pad.l - pad.r) - 1),
+      x: function (t) {
+        return pad.l + ((t + BUCKET_MS / 2 - begin) / span) * (width - pad.l - pad.r);
+      },
+      y: function (v, max) {
+        return pad.t + (1 - Math.max(0, Math.min(1, v / max))) * (height - pad.t - pad.b);
+      },
     };
     const anchors = ['start', 'middle', 'end'];
     [f.minutes, Math.round(f.minutes / 2), 0].forEach(function (m, i) {
-      const label = svg('text', { x: pad.l + (1 - m * 60000 / span) * (width - pad.l - pad.r), y: height - 6, 'text-anchor': String(anchors[i]) });
+      const label = svg('text', { x: pad.l + (1 - (m * 60000) / span) * (width - pad.l - pad.r), y: height - 6, 'text-anchor': String(anchors[i]) });
       label.textContent = m === 0 ? 'now' : '−' + m + ' min';
       el.appendChild(label);
     });
@@ -258,7 +295,7 @@
   }
   function gridLines(el: SVGSVGElement, f: Frame, max: number, ticks: number[], format: (v: number) => string): void {
     ticks.forEach(function (v) {
-      el.appendChild(svg('line', { 'class': 'axis', x1: f.pad.l, x2: f.width - f.pad.r, y1: f.y(v, max), y2: f.y(v, max) }));
+      el.appendChild(svg('line', { class: 'axis', x1: f.pad.l, x2: f.width - f.pad.r, y1: f.y(v, max), y2: f.y(v, max) }));
       const label = svg('text', { x: f.pad.l - 6, y: f.y(v, max) + 4, 'text-anchor': 'end' });
       label.textContent = format(v);
       el.appendChild(label);
@@ -280,7 +317,9 @@
   function drawRatioChart(s: Stats): void {
     const buckets = completeBuckets(s.series);
     const f = frame(chart, s, buckets, 220);
-    gridLines(chart, f, 1, [0, 0.25, 0.5, 0.75, 1], function (v) { return (v * 100) + '%'; });
+    gridLines(chart, f, 1, [0, 0.25, 0.5, 0.75, 1], function (v) {
+      return v * 100 + '%';
+    });
     const described = { hitRatio: bucketHitRatio, offload: bucketOffload };
     const latest: { hitRatio?: number; offload?: number } = {};
     (['offload', 'hitRatio'] as const).forEach(function (name) {
@@ -288,21 +327,38 @@
       let prevT: number | null = null;
       buckets.forEach(function (b) {
         const v = described[name](b);
-        if (v === null) { prevT = null; return; }
+        if (v === null) {
+          prevT = null;
+          return;
+        }
         // A missing bucket or one without cacheable requests breaks the line: no invented values.
-        const x = f.x(b.t).toFixed(1), y = f.y(v, 1).toFixed(1);
+        const x = f.x(b.t).toFixed(1),
+          y = f.y(v, 1).toFixed(1);
         d += (prevT !== null && b.t - prevT <= BUCKET_MS ? ' L' : ' M') + x + ' ' + y;
         prevT = b.t;
-        chart.appendChild(titled(svg('circle', { 'class': name, cx: x, cy: y, r: f.barWidth > 8 ? 2.5 : 1.5, 'data-series': name, 'data-t': b.t, 'data-value': v }),
-          clock(b.t) + ' ' + (name === 'hitRatio' ? 'hit ratio ' : 'offload ') + pct(v)));
+        chart.appendChild(
+          titled(
+            svg('circle', { class: name, cx: x, cy: y, r: f.barWidth > 8 ? 2.5 : 1.5, 'data-series': name, 'data-t': b.t, 'data-value': v }),
+            clock(b.t) + ' ' + (name === 'hitRatio' ? 'hit ratio ' : 'offload ') + pct(v),
+          ),
+        );
         latest[name] = v;
       });
-      if (d) chart.insertBefore(svg('path', { 'class': 'line ' + name, d: d.trim() }), chart.querySelector('circle'));
+      if (d) chart.insertBefore(svg('path', { class: 'line ' + name, d: d.trim() }), chart.querySelector('circle'));
     });
-    showEmpty(chart, chartEmpty, chart.querySelectorAll('circle').length > 0,
+    showEmpty(
+      chart,
+      chartEmpty,
+      chart.querySelectorAll('circle').length > 0,
       'No complete 10-second bucket with cacheable requests yet.',
-      'Hit ratio and offload per 10-second bucket over the last ' + f.minutes + ' minutes; latest hit ratio ' +
-        pct(latest.hitRatio) + ', latest offload ' + pct(latest.offload) + '.');
+      'Hit ratio and offload per 10-second bucket over the last ' +
+        f.minutes +
+        ' minutes; latest hit ratio ' +
+        pct(latest.hitRatio) +
+        ', latest offload ' +
+        pct(latest.offload) +
+        '.',
+    );
   }
 
   /** Requests per second by outcome (stacked bars) and upstream requests per second (a line). */
@@ -315,40 +371,80 @@
   ];
   function niceMax(v: number): number {
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    const m = [1, 2, 5, 10].find(function (k) { return k * p >= v; });
+    const m = [1, 2, 5, 10].find(function (k) {
+      return k * p >= v;
+    });
     // NaN, as an undefined factor always gave, should rounding ever leave no step above v.
     return (m ?? NaN) * p;
   }
   function drawRateChart(s: Stats): void {
     const buckets = completeBuckets(s.series);
-    const peak = buckets.reduce(function (m, b) { return Math.max(m, num(b.requests), num(b.upstream)); }, 0) / (BUCKET_MS / 1000);
+    const peak =
+      buckets.reduce(function (m, b) {
+        return Math.max(m, num(b.requests), num(b.upstream));
+      }, 0) /
+      (BUCKET_MS / 1000);
     const max = peak > 0 ? niceMax(peak) : 1;
     const f = frame(rateChart, s, buckets, 180);
-    gridLines(rateChart, f, max, [0, max / 2, max], function (v) { return count(v) + '/s'; });
+    gridLines(rateChart, f, max, [0, max / 2, max], function (v) {
+      return count(v) + '/s';
+    });
     let d = '';
     let prevT: number | null = null;
     buckets.forEach(function (b) {
-      if (!(num(b.requests) > 0) && !(num(b.upstream) > 0)) { prevT = null; return; }
+      if (!(num(b.requests) > 0) && !(num(b.upstream) > 0)) {
+        prevT = null;
+        return;
+      }
       let base = 0;
       const x = f.x(b.t) - f.barWidth / 2;
-      const detail = OUTCOMES.map(function (o) { return o + ' ' + count(num(b.byOutcome && b.byOutcome[o])); }).join(', ');
+      const detail = OUTCOMES.map(function (o) {
+        return o + ' ' + count(num(b.byOutcome && b.byOutcome[o]));
+      }).join(', ');
       STACK.forEach(function (part) {
-        const n = part.outcomes.reduce(function (sum, o) { return sum + num(b.byOutcome && b.byOutcome[o]); }, 0) / (BUCKET_MS / 1000);
+        const n =
+          part.outcomes.reduce(function (sum, o) {
+            return sum + num(b.byOutcome && b.byOutcome[o]);
+          }, 0) /
+          (BUCKET_MS / 1000);
         if (n <= 0) return;
-        const top = f.y(base + n, max), bottom = f.y(base, max);
-        rateChart.appendChild(titled(svg('rect', { 'class': 'bar ' + part.name, x: x.toFixed(1), width: f.barWidth.toFixed(1), y: top.toFixed(1), height: Math.max(0.5, bottom - top).toFixed(1), 'data-t': b.t, 'data-value': n }),
-          clock(b.t) + ': ' + rate(num(b.requests) / (BUCKET_MS / 1000)) + ' (' + detail + '), upstream ' + rate(num(b.upstream) / (BUCKET_MS / 1000))));
+        const top = f.y(base + n, max),
+          bottom = f.y(base, max);
+        rateChart.appendChild(
+          titled(
+            svg('rect', {
+              class: 'bar ' + part.name,
+              x: x.toFixed(1),
+              width: f.barWidth.toFixed(1),
+              y: top.toFixed(1),
+              height: Math.max(0.5, bottom - top).toFixed(1),
+              'data-t': b.t,
+              'data-value': n,
+            }),
+            clock(b.t) + ': ' + rate(num(b.requests) / (BUCKET_MS / 1000)) + ' (' + detail + '), upstream ' + rate(num(b.upstream) / (BUCKET_MS / 1000)),
+          ),
+        );
         base += n;
       });
       const y = f.y(num(b.upstream) / (BUCKET_MS / 1000), max).toFixed(1);
       d += (prevT !== null && b.t - prevT <= BUCKET_MS ? ' L' : ' M') + f.x(b.t).toFixed(1) + ' ' + y;
       prevT = b.t;
     });
-    if (d) rateChart.appendChild(svg('path', { 'class': 'line upstream', d: d.trim() }));
+    if (d) rateChart.appendChild(svg('path', { class: 'line upstream', d: d.trim() }));
     const lastB = buckets[buckets.length - 1];
-    showEmpty(rateChart, rateChartEmpty, d !== '', 'No complete 10-second bucket with requests yet.',
-      'Requests per second by outcome and upstream requests per second, per 10-second bucket over the last ' + f.minutes +
-        ' minutes; last bucket ' + rate(num(lastB && lastB.requests) / (BUCKET_MS / 1000)) + ', upstream ' + rate(num(lastB && lastB.upstream) / (BUCKET_MS / 1000)) + '.');
+    showEmpty(
+      rateChart,
+      rateChartEmpty,
+      d !== '',
+      'No complete 10-second bucket with requests yet.',
+      'Requests per second by outcome and upstream requests per second, per 10-second bucket over the last ' +
+        f.minutes +
+        ' minutes; last bucket ' +
+        rate(num(lastB && lastB.requests) / (BUCKET_MS / 1000)) +
+        ', upstream ' +
+        rate(num(lastB && lastB.upstream) / (BUCKET_MS / 1000)) +
+        '.',
+    );
   }
   function drawCharts(s: Stats): void {
     drawRatioChart(s);
@@ -390,7 +486,11 @@
 
   // ---- render -----------------------------------------------------------------------------
   function render(s: Stats): void {
-    const req = s.requests || {}, up = s.upstream || {}, mem = s.memory || {}, redis = s.redis || {}, b = s.bytes || {};
+    const req = s.requests || {},
+      up = s.upstream || {},
+      mem = s.memory || {},
+      redis = s.redis || {},
+      b = s.bytes || {};
     setStat('version', text(s.version), s.version);
     setStat('node', text(s.node), s.node);
     setStat('uptimeS', duration(s.uptimeS), s.uptimeS);
@@ -486,7 +586,11 @@
     if (match === null) return;
     history.replaceState(null, '', location.pathname + location.search);
     let token = '';
-    try { token = decodeURIComponent(match[1] || '').trim(); } catch { token = ''; }
+    try {
+      token = decodeURIComponent(match[1] || '').trim();
+    } catch {
+      token = '';
+    }
     if (token) keepToken(token, false);
   }
 
@@ -529,12 +633,18 @@
   function poll(): void {
     timer = null;
     const token = storedToken();
-    if (!token) { showLogin(''); return; }
+    if (!token) {
+      showLogin('');
+      return;
+    }
     const controller = new AbortController();
     inFlight = controller;
     fetch('/admin/stats', { headers: { authorization: 'Bearer ' + token }, cache: 'no-store', signal: controller.signal })
       .then(function (res): Promise<void> | void {
-        if (res.status === 401) { showLogin('The token was refused (401): it is not this instance\'s admin.token nor its admin.viewerToken. Enter it again.'); return; }
+        if (res.status === 401) {
+          showLogin("The token was refused (401): it is not this instance's admin.token nor its admin.viewerToken. Enter it again.");
+          return;
+        }
         if (res.status === 404) {
           body.setAttribute('data-state', 'disabled');
           showBanner('The admin API is off on this instance (404): set admin.token (TM_CACHE_ADMIN_TOKEN) to enable it.');
@@ -560,11 +670,12 @@
       .catch(function (err: unknown) {
         if (controller.signal.aborted) return;
         body.setAttribute('data-state', 'error');
-        showBanner('Cannot read /admin/stats: ' + messageOf(err) +
-          (last ? '. Showing the figures of ' + clock(last.now) + '.' : '.') + ' Retrying every 2 s.');
+        showBanner('Cannot read /admin/stats: ' + messageOf(err) + (last ? '. Showing the figures of ' + clock(last.now) + '.' : '.') + ' Retrying every 2 s.');
         schedule();
       })
-      .finally(function () { if (inFlight === controller) inFlight = null; });
+      .finally(function () {
+        if (inFlight === controller) inFlight = null;
+      });
   }
 
   loginForm.addEventListener('submit', function (e) {
@@ -579,13 +690,18 @@
     stop();
     poll();
   });
-  forget.addEventListener('click', function () { showLogin(''); });
+  forget.addEventListener('click', function () {
+    showLogin('');
+  });
   let resizeTimer: number | undefined;
   window.addEventListener('resize', function () {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(function () { if (last && !dashboard.hidden) drawCharts(last); }, 150);
+    resizeTimer = setTimeout(function () {
+      if (last && !dashboard.hidden) drawCharts(last);
+    }, 150);
   });
 
   takeTokenFromFragment();
-  if (storedToken()) poll(); else showLogin('');
+  if (storedToken()) poll();
+  else showLogin('');
 })();

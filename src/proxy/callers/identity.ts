@@ -32,7 +32,6 @@ import { IdentityMemo, normalizeAuthorization, type IdentityMemoOptions } from '
 import type { RetryAfterGate } from './retry-after.js';
 import type { Caller } from './caller.js';
 
-
 export type IdentityResult =
   | { readonly kind: 'caller'; readonly caller: Caller; readonly via?: 'shared' | 'upstream' }
   /** Upstream refused the credential (401/403): relay this answer verbatim. */
@@ -41,7 +40,11 @@ export type IdentityResult =
 /** Where identities and admin verifications are shared between replicas (the Redis tier). */
 export interface SharedStore {
   /** `isValid`: what the reader accepts; anything else read back is a miss (and dropped). */
-  getJson<T>(namespace: string, key: string, options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean }): Promise<T | undefined>;
+  getJson<T>(
+    namespace: string,
+    key: string,
+    options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean },
+  ): Promise<T | undefined>;
   setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void>;
 }
 
@@ -256,7 +259,14 @@ export class IdentityResolver {
 function isSharedIdentity(value: unknown): boolean {
   if (value === null) return true;
   const { userId, until } = (value ?? {}) as Partial<SharedIdentity>;
-  return typeof value === 'object' && typeof userId === 'number' && Number.isSafeInteger(userId) && userId >= 0 && typeof until === 'number' && Number.isFinite(until);
+  return (
+    typeof value === 'object' &&
+    typeof userId === 'number' &&
+    Number.isSafeInteger(userId) &&
+    userId >= 0 &&
+    typeof until === 'number' &&
+    Number.isFinite(until)
+  );
 }
 
 function isAdminUntil(value: unknown): boolean {

@@ -27,7 +27,8 @@ function isForwardedPath(url: string, prefixes: readonly string[]): boolean {
 
 /** `forward`, for the paths it may take; a JSON 404 naming the rule for every other. */
 export function forwardOnly(prefixes: readonly string[], forward: Handler, logger: Logger): Handler {
-  const rule = prefixes.length === 0 ? 'no path (upstream.forwardPrefixes is empty)' : `only paths starting with ${prefixes.join(', ')} (upstream.forwardPrefixes)`;
+  const rule =
+    prefixes.length === 0 ? 'no path (upstream.forwardPrefixes is empty)' : `only paths starting with ${prefixes.join(', ')} (upstream.forwardPrefixes)`;
   const body = Buffer.from(JSON.stringify(makeErrorBody(`Not found: tm-cache forwards ${rule}.`)));
   return (req, res) => {
     if (isForwardedPath(req.url ?? '', prefixes)) return forward(req, res);
