@@ -152,7 +152,7 @@ const RUN_EXPANDS = expands('configs', 'issues', 'milestones', 'states', 'status
 const ADMIN_USER_EXPANDS = expands('groups', 'roles', 'users');
 /**
  * The spec does not list the result expands ("the example uses issues and users"); statuses is
- * what a result references besides those. Documented in the README.
+ * what a result references besides those. Documented in docs/emulator.md.
  */
 const RESULT_EXPANDS = expands('issues', 'statuses', 'users');
 
@@ -186,7 +186,7 @@ export const OPERATIONS: readonly Operation[] = [
   },
   {
     // The spec leaves open whether the user is wrapped in `result`; we wrap it like every other
-    // single operation (README, "API notes").
+    // single operation (docs/emulator.md, "API notes").
     id: 'getUser',
     path: '/users/{user_id}',
     pathIds: ['user_id'],

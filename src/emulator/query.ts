@@ -2,7 +2,7 @@
  * The list pipeline shared by every list operation: narrow by created_at through the presorted
  * candidates, filter, sort, paginate, and write the list envelope.
  *
- * Choices where the spec is silent (README, "The emulator" → "API notes: where the spec is silent"):
+ * Choices where the spec is silent (docs/emulator.md, "API notes: where the spec is silent"):
  * - `*_after` is inclusive and `*_before` exclusive: consecutive windows never overlap;
  *   an item whose timestamp is null matches neither.
  * - Several values of one filter match any of them; different filters must all match.

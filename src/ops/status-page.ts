@@ -1,7 +1,7 @@
 /**
  * The status page served at `GET /` on the management port: one self-contained HTML document
  * (inline CSS and JS, no CDN, no web font) that asks for the admin token, keeps it in
- * sessionStorage and polls `GET /admin/stats` every 2 s (the JSON shape is in the README's admin
+ * sessionStorage and polls `GET /admin/stats` every 2 s (the JSON shape is in docs/operating.md's admin
  * API section).
  *
  * Its parts are real files in ./status-page/: index.html (the document), page.css and page.ts (the

@@ -6,7 +6,7 @@
  * once itself (an unauthenticated GET /api/v1/user: any HTTP answer means reachable).
  *
  * `/readyz` reports the state either way; with `health.requireUpstream` a known-down upstream
- * makes the replica not ready (README "Health").
+ * makes the replica not ready (docs/operating.md, "Health").
  */
 import { matchRoute } from '../api/route.js';
 import type { LaneCaller, UpstreamLane, UpstreamResponse } from '../upstream/client.js';

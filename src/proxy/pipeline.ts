@@ -193,7 +193,7 @@ export class Pipeline {
       const failure = toUpstreamError(err);
       // The instance is failing: a caller we knew may still get what we hold for them, if
       // identity.staleOnOutage allows and the instance itself failed, never on tm-cache's own
-      // queue-full (read-through.ts serveStaleOnly; README "Revocation").
+      // queue-full (read-through.ts serveStaleOnly; docs/how-it-works.md "Revocation").
       const lapsed = identity.peekLapsed(authorization);
       const key = lapsedKey(route, lapsed);
       const served = await this.#o.readThrough.serveStaleOnly(key, failure, x);

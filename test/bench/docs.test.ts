@@ -1,5 +1,5 @@
 /**
- * The README's benchmark table is rendered from docs/bench/results.json (docs.ts): what the
+ * The benchmark table of docs/benchmarks.md is rendered from docs/bench/results.json (docs.ts): what the
  * rendering shows, how it is spliced between the markers, and that the README says what the
  * committed JSON renders (so its figures cannot drift from a real run's).
  */
@@ -75,7 +75,7 @@ describe('updateResults', () => {
 
 describe('the README', () => {
   it(`shows the figures ${DOCS_RESULTS} renders (npm run bench:docs)`, () => {
-    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const readme = readFileSync(join(ROOT, 'docs', 'benchmarks.md'), 'utf8');
     const results = JSON.parse(readFileSync(join(ROOT, DOCS_RESULTS), 'utf8')) as DocsResults;
     expect(Object.keys(results.scenarios).length).toBeGreaterThan(0);
     expect(readme).toBe(spliceFigures(readme, renderFigures(results)));

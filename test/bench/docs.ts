@@ -1,5 +1,5 @@
 /**
- * `npm run bench:docs`: the README's benchmark table, rendered from the committed results so the
+ * `npm run bench:docs`: the benchmark table of docs/benchmarks.md, rendered from the committed results so the
  * figures in the docs are always those of a real run.
  *
  *   npm run bench:docs                    # README ← docs/bench/results.json
@@ -8,7 +8,7 @@
  *
  * `--update` takes each suite scenario's last result from bench-results/ (`--from <dir>`), so one
  * scenario can be measured again without the others; a scenario that failed or was skipped there
- * keeps its committed figures. The table sits between the two marker comments of the README.
+ * keeps its committed figures. The table sits between the two marker comments of docs/benchmarks.md.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -81,7 +81,7 @@ async function main(): Promise<number> {
   const { values } = parseArgs({ options: { update: { type: 'boolean' }, check: { type: 'boolean' }, from: { type: 'string' } } });
   const root = resolve(import.meta.dirname, '../..');
   const resultsFile = join(root, DOCS_RESULTS);
-  const readmeFile = join(root, 'README.md');
+  const readmeFile = join(root, 'docs', 'benchmarks.md');
   let results: DocsResults = existsSync(resultsFile) ? (JSON.parse(readFileSync(resultsFile, 'utf8')) as DocsResults) : { scenarios: {} };
   if (values.update) {
     // Loaded only here: the registry imports every scenario (and src/ with them).
@@ -97,11 +97,11 @@ async function main(): Promise<number> {
   const rendered = spliceFigures(readme, renderFigures(results));
   if (values.check) {
     if (rendered === readme) return 0;
-    console.error(`README.md's benchmark table is not what ${DOCS_RESULTS} renders: npm run bench:docs`);
+    console.error(`docs/benchmarks.md's benchmark table is not what ${DOCS_RESULTS} renders: npm run bench:docs`);
     return 1;
   }
   if (rendered !== readme) writeFileSync(readmeFile, rendered);
-  console.log(`README.md: ${rendered === readme ? 'already up to date' : 'table rendered'} from ${DOCS_RESULTS}`);
+  console.log(`docs/benchmarks.md: ${rendered === readme ? 'already up to date' : 'table rendered'} from ${DOCS_RESULTS}`);
   return 0;
 }
 
