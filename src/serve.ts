@@ -105,7 +105,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
       stats.upstream(now(), attributedTo ?? operation, caller);
     };
   const upstream = observeUpstream(client, health, observe());
-  // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills (item 6).
+  // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills.
   const identityUpstream = observeUpstream(
     client.withLane({ maxConcurrent: config.identity.maxConcurrent, maxQueue: config.identity.maxQueue }),
     health,

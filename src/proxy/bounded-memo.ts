@@ -1,6 +1,6 @@
 /**
  * A memo bounded in bytes: what the pipeline remembers between requests (routings, callers,
- * refusals), each kept within its own byte budget whatever the traffic (hardening issue, item 5).
+ * refusals), each kept within its own byte budget whatever the traffic.
  *
  * An LRU (lru-cache with maxSize and sizeCalculation, as the memory tier) without TTLs: `get` is
  * on the hit path, so it is one lookup with a reused options object; no clock, no allocation.

@@ -120,7 +120,7 @@ export class Pipeline {
     if (route.kind === 'passthrough') return this.#forward(x, 'passthrough', 'passthrough');
     x.t = this.#o.now();
     const caller = this.#o.identity.peek(authorization, x.t);
-    // A routing is remembered only once its caller is known (item 5): junk credentials fill nothing.
+    // A routing is remembered only once its caller is known: junk credentials fill nothing.
     const unmemoized = memoized === undefined ? url : undefined;
     if (caller !== undefined) {
       this.#recorder.identityMemoHit();

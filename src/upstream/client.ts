@@ -10,7 +10,7 @@
  * connection (RFC 9110 §15.6.5 and §15.6.3: the gateway's statuses), 503 when tm-cache's own
  * queue is full.
  *
- * Bounds (hardening issue, items 5 and 6): no answer is read past `upstream.maxBodyBytes`: one
+ * Bounds, so that no caller and no upstream can make tm-cache hold unbounded state: no answer is read past `upstream.maxBodyBytes`: one
  * announced larger, or growing larger, is aborted (the connection closed) and becomes a 502
  * `too-large`. Each lane (`withLane`) has its own concurrency and queue over the one pool, so
  * identity look-ups for unknown tokens cannot take the slots of cache fills. Within the fills'
@@ -180,7 +180,7 @@ export class UpstreamClient implements UpstreamLane {
  * Collects one response for `get`: a dispatch handler, not a stream. With a Content-Length the body
  * is copied once into a buffer of that size as chunks arrive (no stream, no async iteration per
  * chunk, no concatenation); without one, the chunks are joined at the end. Never more than
- * `maxBytes`: a larger length announced, or received, aborts the request (item 5).
+ * `maxBytes`: a larger length announced, or received, aborts the request: memory stays bounded whatever the upstream sends.
  */
 class BodyCollector implements Dispatcher.DispatchHandler {
   private status = 0;

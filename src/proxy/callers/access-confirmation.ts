@@ -26,6 +26,7 @@
  * - An answer that is not the API's (a 200 SSO or maintenance page: not JSON) is no verdict,
  *   as for fills and GET /user: the entry is not served on its word.
  */
+import { LRUCache } from 'lru-cache';
 import type { SharedTierBudget } from '../../cache/budget.js';
 import type { CacheEntry } from '../../cache/entry.js';
 import type { Scope } from '../../cache/key.js';
@@ -50,13 +51,13 @@ export interface ProjectAccessOptions {
   readonly now: () => number;
 }
 
-/** Users whose confirmations are remembered at most; forgetting one costs one light request. */
+/** Users whose confirmations are remembered at most (the least recently asked about forgotten first, one at a time); forgetting one costs one light request. */
 const MAX_USERS = 100_000;
 const NAMESPACE = 'project-access';
 
 export class ProjectAccess {
   /** user id → project id → confirmed until (ms since epoch). */
-  readonly #byUser = new Map<number, Map<number, number>>();
+  readonly #byUser = new LRUCache<number, Map<number, number>>({ max: MAX_USERS });
   /**
    * Confirmations in flight, coalesced per user and project (shared-fill.ts). No cross-replica
    * lock: replicas that need one confirmation at the same moment each ask (one light request each);
@@ -150,7 +151,6 @@ export class ProjectAccess {
   #remember(userId: number, projectId: number, until: number): number | undefined {
     let projects = this.#byUser.get(userId);
     if (projects === undefined) {
-      if (this.#byUser.size >= MAX_USERS) this.#byUser.clear();
       this.#byUser.set(userId, (projects = new Map()));
     }
     const previous = projects.get(projectId);

@@ -1,5 +1,5 @@
 /**
- * What this process knows about credentials, each part bounded (hardening issue, items 5 and 6):
+ * What this process knows about credentials, each part bounded, so that junk credentials cannot grow it or starve members:
  *
  * - by header: the Authorization header as received → caller. The hit path's one lookup, with no
  *   hashing (see identity.ts). Every spelling of a token is its own entry, so this part is

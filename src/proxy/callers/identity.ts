@@ -11,7 +11,7 @@
  * request itself does. Everything that leaves the process (Redis, logs, metrics, cache keys) only
  * ever sees the HMAC-SHA256 of the credential.
  *
- * Bounds (hardening issue, items 5 and 6; identity-memo.ts): the header memo is bounded in bytes;
+ * Bounds (identity-memo.ts), so that no flood of credentials grows memory without end: the header memo is bounded in bytes;
  * a header seen for the first time is normalized once (scheme case, whitespace) and its HMAC finds
  * the caller of any other spelling of the same token, so one token is one GET /user. A 401 is
  * remembered by HMAC for `identity.refusedTtlMs`, so repeated junk tokens never reach upstream;
