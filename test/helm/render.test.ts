@@ -308,6 +308,7 @@ describe('secrets', () => {
     const refs = containerOf(r).env.flatMap((e) => (e.valueFrom === undefined ? [] : [e.valueFrom.secretKeyRef]));
     expect(refs.map((ref) => [ref.name, ref.key, ref.optional]).sort()).toEqual([
       ['tm-cache-secrets', 'admin-token', true],
+      ['tm-cache-secrets', 'admin-viewer-token', true],
       ['tm-cache-secrets', 'hmac-secret', true],
       ['tm-cache-secrets', 'redis-encryption-keys', true],
       ['tm-cache-secrets', 'redis-password', true],

@@ -35,6 +35,7 @@ export const CHART_SET_SETTINGS: Readonly<Record<string, string>> = {
   'cache.redis.url': 'redis.url (kept in the Secret)',
   'identity.hmacSecret': 'secret.hmacSecret',
   'admin.token': 'secret.adminToken',
+  'admin.viewerToken': 'secret.adminViewerToken',
   'cache.redis.password': 'secret.redisPassword',
   'cache.redis.sentinelPassword': 'secret.redisSentinelPassword',
   'cache.redis.encryptionKeys': 'secret.redisEncryptionKeys',

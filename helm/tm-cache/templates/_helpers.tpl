@@ -247,7 +247,7 @@ a pod (mode sidecar, where the proxy listens on loopback only). One definition, 
       value: {{ . | quote }}
     {{- end }}
     # Secrets; each key is optional, so an existing Secret need only hold the ones it uses.
-    {{- range $key, $env := dict "redis-url" "TM_CACHE_REDIS" "hmac-secret" "TM_CACHE_HMAC_SECRET" "redis-encryption-keys" "TM_CACHE_REDIS_ENCRYPTION_KEYS" "admin-token" "TM_CACHE_ADMIN_TOKEN" "redis-password" "TM_CACHE_REDIS_PASSWORD" "redis-sentinel-password" "TM_CACHE_REDIS_SENTINEL_PASSWORD" }}
+    {{- range $key, $env := dict "redis-url" "TM_CACHE_REDIS" "hmac-secret" "TM_CACHE_HMAC_SECRET" "redis-encryption-keys" "TM_CACHE_REDIS_ENCRYPTION_KEYS" "admin-token" "TM_CACHE_ADMIN_TOKEN" "admin-viewer-token" "TM_CACHE_ADMIN_VIEWER_TOKEN" "redis-password" "TM_CACHE_REDIS_PASSWORD" "redis-sentinel-password" "TM_CACHE_REDIS_SENTINEL_PASSWORD" }}
     - name: {{ $env }}
       valueFrom:
         secretKeyRef:
