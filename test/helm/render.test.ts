@@ -409,3 +409,49 @@ describe('monitoring (all features on)', () => {
     expect(monitor['spec']['endpoints']).toEqual([{ port: 'management', path: '/metrics', interval: '30s', scrapeTimeout: '10s' }]);
   });
 });
+
+describe('TLS from a kubernetes.io/tls Secret', () => {
+  const TLS = { tls: { secretName: 'tmc-cert', clientCaSecretName: 'tmc-client-ca' } };
+
+  it('mounts the Secret, points tm-cache at its files, and probes and scrapes the management port over HTTPS', () => {
+    const r = renderChart(CHART, [UPSTREAM, TLS, { metrics: { serviceMonitor: { enabled: true } } }]);
+    const c = containerOf(r);
+    expect(envOf(r, c)).toMatchObject({
+      TM_CACHE_TLS_CERT_FILE: '/etc/tm-cache-tls/tls.crt',
+      TM_CACHE_TLS_KEY_FILE: '/etc/tm-cache-tls/tls.key',
+      TM_CACHE_TLS_MANAGEMENT: 'true',
+      TM_CACHE_TLS_CLIENT_CA_FILE: '/etc/tm-cache-client-ca/ca.crt',
+    });
+    expect(c['volumeMounts']).toEqual(
+      expect.arrayContaining([
+        { name: 'tm-cache-tls', mountPath: '/etc/tm-cache-tls', readOnly: true },
+        { name: 'tm-cache-client-ca', mountPath: '/etc/tm-cache-client-ca', readOnly: true },
+      ]),
+    );
+    const volumes = r.find('Deployment')['spec']['template']['spec']['volumes'];
+    expect(volumes).toEqual(
+      expect.arrayContaining([
+        { name: 'tm-cache-tls', secret: { secretName: 'tmc-cert' } },
+        { name: 'tm-cache-client-ca', secret: { secretName: 'tmc-client-ca' } },
+      ]),
+    );
+    for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) expect(c[probe]['httpGet']['scheme'], probe).toBe('HTTPS');
+    const endpoint = r.find('ServiceMonitor')['spec']['endpoints'][0];
+    expect(endpoint).toMatchObject({ scheme: 'https', tlsConfig: { insecureSkipVerify: true } });
+  });
+
+  it('keeps the management port plain with tls.management false, and renders no TLS without a Secret name', () => {
+    const plain = containerOf(renderChart(CHART, [UPSTREAM, { tls: { secretName: 'tmc-cert', management: false } }]));
+    expect(plain.env).toEqual(expect.arrayContaining([{ name: 'TM_CACHE_TLS_MANAGEMENT', value: 'false' }]));
+    expect(plain['readinessProbe']['httpGet']['scheme']).toBeUndefined();
+    const none = containerOf(renderChart(CHART, [UPSTREAM]));
+    expect(none.env.map((e) => e.name).filter((n) => n.startsWith('TM_CACHE_TLS_'))).toEqual([]);
+  });
+
+  it('probes a loopback sidecar over HTTPS from inside the container', () => {
+    const c = containerOf(renderChart(CHART, [...LOOPBACK_SIDECAR, TLS]));
+    expect(c['readinessProbe']['exec']['command'].join(' ')).toMatch(
+      /require\('https'\)\.get\(\{ host: '127\.0\.0\.1', port: \d+, path: '\/readyz', rejectUnauthorized: false \}/,
+    );
+  });
+});

@@ -135,11 +135,19 @@ exec:
   command:
     - node
     - -e
+    {{- if eq (include "tm-cache.managementScheme" .root) "https" }}
+    {{- /* The certificate names the Service, not 127.0.0.1: the probe checks liveness, not identity. */}}
+    - {{ printf "require('https').get({ host: '127.0.0.1', port: %s, path: '%s', rejectUnauthorized: false }, (r) => process.exit(r.statusCode === 200 ? 0 : 1)).on('error', () => process.exit(1))" (toString .root.Values.containerPorts.management) .path | quote }}
+    {{- else }}
     - {{ printf "fetch('http://127.0.0.1:%s%s').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))" (toString .root.Values.containerPorts.management) .path | quote }}
+    {{- end }}
 {{- else -}}
 httpGet:
   path: {{ .path }}
   port: tmc-management
+{{- if eq (include "tm-cache.managementScheme" .root) "https" }}
+  scheme: HTTPS
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -242,6 +250,19 @@ a pod (mode sidecar, where the proxy listens on loopback only). One definition, 
       value: {{ printf "--max-old-space-size=%s" . | quote }}
     {{- end }}
     {{- end }}
+    {{- if .Values.tls.secretName }}
+    # TLS from the mounted kubernetes.io/tls Secret; tm-cache watches the files for renewals.
+    - name: TM_CACHE_TLS_CERT_FILE
+      value: /etc/tm-cache-tls/tls.crt
+    - name: TM_CACHE_TLS_KEY_FILE
+      value: /etc/tm-cache-tls/tls.key
+    - name: TM_CACHE_TLS_MANAGEMENT
+      value: {{ .Values.tls.management | quote }}
+    {{- if .Values.tls.clientCaSecretName }}
+    - name: TM_CACHE_TLS_CLIENT_CA_FILE
+      value: /etc/tm-cache-client-ca/ca.crt
+    {{- end }}
+    {{- end }}
     {{- with .Values.redis.encryptionKeyId }}
     - name: TM_CACHE_REDIS_ENCRYPTION_KEY_ID
       value: {{ . | quote }}
@@ -291,6 +312,16 @@ a pod (mode sidecar, where the proxy listens on loopback only). One definition, 
       readOnly: true
     - name: tm-cache-tmp
       mountPath: /tmp
+    {{- if .Values.tls.secretName }}
+    - name: tm-cache-tls
+      mountPath: /etc/tm-cache-tls
+      readOnly: true
+    {{- if .Values.tls.clientCaSecretName }}
+    - name: tm-cache-client-ca
+      mountPath: /etc/tm-cache-client-ca
+      readOnly: true
+    {{- end }}
+    {{- end }}
     {{- with .Values.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -305,6 +336,23 @@ The volumes the tm-cache container mounts.
     name: {{ include "tm-cache.fullname" . }}
 - name: tm-cache-tmp
   emptyDir: {}
+{{- if .Values.tls.secretName }}
+- name: tm-cache-tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+{{- if .Values.tls.clientCaSecretName }}
+- name: tm-cache-client-ca
+  secret:
+    secretName: {{ .Values.tls.clientCaSecretName }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The management port's scheme: https when TLS is on and the management port uses it.
+*/}}
+{{- define "tm-cache.managementScheme" -}}
+{{- if and .Values.tls.secretName .Values.tls.management }}https{{ else }}http{{ end }}
 {{- end }}
 
 {{/*
