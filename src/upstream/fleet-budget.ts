@@ -4,7 +4,8 @@
  * arithmetic, src/cache/redis/budget-store.ts's script), leased a few at a time so that no request
  * costs a Redis round trip of its own; a replica without Redis has the bucket to itself.
  *
- * - Redis down: the replica leases from its own bucket, `upstream.budget.fallbackShare` of the
+ * - Redis down (disconnected, or its breaker open; one slow command is not down): the replica
+ *   leases from its own bucket, starting empty (no burst on top of the shared bucket's), `upstream.budget.fallbackShare` of the
  *   fleet's rate and burst, going on from the rate and pause the shared bucket last told it:
  *   never unlimited, and a paused fleet stays paused.
  * - A 429 from the instance (`onRateLimited`) pauses this replica at once and the whole fleet
@@ -45,9 +46,17 @@ export const LEASE_TTL_MS = 250;
 const LEASE_WINDOW_MS = 100;
 const MIN_LEASE_TOKENS = 2;
 const MAX_LEASE_TOKENS = 20;
+/**
+ * The most a lease takes while the rate is learned (no fixed budget): tokens leased are spent
+ * before the replica hears of another's 429, so a big lease near the instance's limit turns one
+ * 429 into several, and the instance escalates several within a minute into a lockout.
+ */
+export const LEARNING_MAX_LEASE_TOKENS = 2;
 /** Bounds on the wait before asking the bucket again when it had nothing (ms): a pause is re-read at least every second. */
 const MIN_LEASE_RETRY_MS = 5;
 const MAX_LEASE_RETRY_MS = 1_000;
+/** The wait before asking the shared bucket again after a lease Redis did not answer in time while still reachable (ms). */
+const UNANSWERED_LEASE_RETRY_MS = 20;
 
 export type BudgetSpentReason = 'paused' | 'timeout' | 'queue-full' | 'closed';
 
@@ -124,6 +133,8 @@ export class FleetBudget {
   readonly #own: MemoryBudgetStore;
   readonly #queues = BUDGET_PRIORITIES.map(() => new FairQueue<Waiter>());
   readonly #maxPerCaller: number;
+  /** The most one lease asks the shared bucket for. */
+  readonly #maxLeaseTokens: number;
   #mode: BudgetMode;
   #tokens = 0;
   #tokensUntil = 0;
@@ -143,6 +154,8 @@ export class FleetBudget {
     this.#shared = options.shared;
     this.#own = new MemoryBudgetStore(options.shape, this.#now, options.shared === undefined ? 1 : options.fallbackShare);
     this.#maxPerCaller = options.maxPerCaller ?? Number.POSITIVE_INFINITY;
+    // Without a fixed budget the rate starts below its ceiling and is learned from 429s.
+    this.#maxLeaseTokens = options.shape.startRps < options.shape.maxRps ? LEARNING_MAX_LEASE_TOKENS : MAX_LEASE_TOKENS;
     this.#mode = options.shared === undefined ? 'local' : 'shared';
     this.#rateRps = Math.min(options.shape.startRps, options.shape.maxRps);
   }
@@ -276,7 +289,7 @@ export class FleetBudget {
   #ensureLease(): void {
     if (this.#leasing || this.#nextLease !== undefined || this.#closed) return;
     const waiting = this.#waiting();
-    const want = this.#shared === undefined ? Math.max(1, waiting) : Math.min(MAX_LEASE_TOKENS, Math.max(this.#leaseSize(), waiting));
+    const want = this.#shared === undefined ? Math.max(1, waiting) : Math.min(this.#maxLeaseTokens, Math.max(this.#leaseSize(), waiting));
     const request: LeaseRequest = { want, constrained: this.#leaseWasShort && this.#wanted };
     this.#wanted = false;
     if (this.#shared === undefined) return this.#apply(this.#own.lease(request), want, 'local');
@@ -292,16 +305,28 @@ export class FleetBudget {
 
   /** About LEASE_WINDOW_MS of the fleet's rate. */
   #leaseSize(): number {
-    return Math.min(MAX_LEASE_TOKENS, Math.max(MIN_LEASE_TOKENS, Math.ceil((this.#rateRps * LEASE_WINDOW_MS) / 1000)));
+    return Math.min(this.#maxLeaseTokens, Math.max(MIN_LEASE_TOKENS, Math.ceil((this.#rateRps * LEASE_WINDOW_MS) / 1000)));
   }
 
   /** The shared bucket's answer, or (none: Redis cannot answer) this replica's fallback share's. */
   #afterSharedLease(reply: LeaseReply | undefined, request: LeaseRequest): void {
     this.#leasing = false;
     if (this.#closed) return;
+    if (reply === undefined && this.#mode === 'shared' && this.#shared?.reachable?.() === true) return this.#leaseAgainSoon();
     if (reply === undefined) return this.#apply(this.#own.lease(request), request.want, 'fallback');
     this.#own.adopt(reply);
     this.#apply(reply, request.want, 'shared');
+  }
+
+  /** A lease went unanswered while Redis is there (one slow command): no tokens this time, the shared bucket asked again shortly. */
+  #leaseAgainSoon(): void {
+    this.#leaseWasShort = true;
+    if (this.#waiting() === 0) return;
+    this.#nextLease = setTimeout(() => {
+      this.#nextLease = undefined;
+      this.#ensureLease();
+    }, UNANSWERED_LEASE_RETRY_MS);
+    this.#nextLease.unref?.();
   }
 
   #afterSharedPause(reply: PauseReply | undefined): void {

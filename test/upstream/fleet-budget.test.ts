@@ -10,6 +10,7 @@ import { MemoryBudgetStore, budgetShapeOf, type BudgetShape, type BudgetStore } 
 import {
   BudgetSpentError,
   FleetBudget,
+  LEARNING_MAX_LEASE_TOKENS,
   LEASE_TTL_MS,
   type BudgetEvents,
   type BudgetPriority,
@@ -62,12 +63,17 @@ function recorder(budget: FleetBudget) {
 function fakeShared(shape: BudgetShape) {
   const bucket = new MemoryBudgetStore(shape, () => Date.now());
   const counts = { leases: 0, pauses: 0 };
+  const wants: number[] = [];
   let down = false;
+  /** Redis there, but its answers late (past the command timeout): unanswered, though reachable. */
+  let slow = false;
   const store: BudgetStore = {
     lease: async (request) => {
       counts.leases++;
-      return down ? undefined : bucket.lease(request);
+      wants.push(request.want);
+      return down || slow ? undefined : bucket.lease(request);
     },
+    reachable: () => !down,
     rateLimited: async (pauseMs) => {
       counts.pauses++;
       return down ? undefined : bucket.rateLimited(pauseMs);
@@ -76,6 +82,8 @@ function fakeShared(shape: BudgetShape) {
   return {
     store,
     counts,
+    wants,
+    slowDown: (isSlow: boolean) => void (slow = isSlow),
     takeDown: () => void (down = true),
     bringUp: () => void (down = false),
     /** Another replica's 429, straight into the shared bucket. */
@@ -280,6 +288,50 @@ describe('fleet budget: shared through a store', () => {
     await vi.advanceTimersByTimeAsync(0);
     expect(budget.snapshot().mode).toBe('shared');
     expect(modes).toEqual(['fallback', 'shared']);
+  });
+
+  it('stays on the shared bucket through leases answered late while Redis is reachable: no fallback tokens on top', async () => {
+    const modes: string[] = [];
+    const shared = fakeShared(SHAPE);
+    const budget = makeBudget({ shared: shared.store, fallbackShare: 0.5, events: { modeChanged: (mode) => modes.push(mode) } });
+    shared.slowDown(true);
+    let taken = 0;
+    for (let step = 0; step < 50; step++) {
+      while (budget.tryAcquire('client', 1)) taken++;
+      await vi.advanceTimersByTimeAsync(20);
+    }
+    expect(taken).toBe(0); // the shared bucket handed nothing out, and no share was spent beside it
+    expect(budget.snapshot().mode).toBe('shared');
+    expect(modes).toEqual([]);
+    shared.slowDown(false);
+    budget.tryAcquire('client', 1);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(budget.tryAcquire('client', 1)).toBe(true);
+  });
+
+  it('falls back with an empty share: no burst of its own on top of what the shared bucket handed out', async () => {
+    const shared = fakeShared(SHAPE);
+    const budget = makeBudget({ shared: shared.store, fallbackShare: 0.5 });
+    for (let lease = 0; lease < 3; lease++) {
+      while (budget.tryAcquire('client', 1));
+      await vi.advanceTimersByTimeAsync(0); // the shared bucket's burst (4) leased and spent, the clock still
+    }
+    shared.takeDown();
+    expect(budget.tryAcquire('client', 1)).toBe(false);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(budget.snapshot().mode).toBe('fallback');
+    expect(budget.tryAcquire('client', 1)).toBe(false); // not half of the burst (2) at once: the share refills from empty
+  });
+
+  it('leases at most LEARNING_MAX_LEASE_TOKENS at a time while the rate is learned, however many wait', async () => {
+    const learned = budgetShapeOf({ requestsPerSecond: 0, burst: 0 }, MAX_PAUSE_MS);
+    const shared = fakeShared(learned);
+    const budget = makeBudget({ shape: learned, shared: shared.store });
+    const { granted, ask } = recorder(budget);
+    for (let n = 0; n < 40; n++) ask(`r${n}`, 'client', n % 5);
+    await vi.advanceTimersByTimeAsync(3_000);
+    expect(granted.length).toBeGreaterThan(5);
+    expect(Math.max(...shared.wants)).toBeLessThanOrEqual(LEARNING_MAX_LEASE_TOKENS);
   });
 
   it('keeps a pause it heard of when the store goes away', async () => {
