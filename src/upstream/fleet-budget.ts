@@ -25,8 +25,9 @@
  *
  * Fast path: a token at hand is taken synchronously, with no promise and no allocation.
  *
- * Accounting: the shared bucket hands out at most burst + rate × T tokens in any T seconds, and a
- * leased token not used within LEASE_TTL_MS is dropped, so the fleet sends at most
+ * Accounting: the shared bucket hands out at most burst + rate × T tokens in any T seconds, a
+ * lease takes about LEASE_WINDOW_MS of the rate however many wait, and a leased token not used
+ * within LEASE_TTL_MS of being asked for is dropped (an answer read late included), so the fleet sends at most
  * burst + rate × (T + LEASE_TTL_MS) requests in any window of T: a lease is never hoarded into a
  * burst of its own, nor spent through a pause another replica learned of since.
  */
@@ -251,7 +252,7 @@ export class FleetBudget {
     if (this.#takeAtHand()) return true;
     // Without Redis the bucket answers at once: ask it now rather than queue.
     if (this.#shared !== undefined || this.#leasing) return false;
-    this.#apply(this.#own.lease({ want: 1, constrained: false }), 1, 'local');
+    this.#apply(this.#own.lease({ want: 1, constrained: false }), 1, 'local', this.#now());
     return this.#takeAtHand();
   }
 
@@ -289,18 +290,22 @@ export class FleetBudget {
   #ensureLease(): void {
     if (this.#leasing || this.#nextLease !== undefined || this.#closed) return;
     const waiting = this.#waiting();
-    const want = this.#shared === undefined ? Math.max(1, waiting) : Math.min(this.#maxLeaseTokens, Math.max(this.#leaseSize(), waiting));
+    // From the shared bucket, about LEASE_WINDOW_MS of the rate however many wait: a replica whose
+    // event loop stalls spends its lease late, on top of what the others take meanwhile, so a big
+    // lease becomes a burst the bucket never allowed.
+    const want = this.#shared === undefined ? Math.max(1, waiting) : this.#leaseSize();
     const request: LeaseRequest = { want, constrained: this.#leaseWasShort && this.#wanted };
     this.#wanted = false;
-    if (this.#shared === undefined) return this.#apply(this.#own.lease(request), want, 'local');
+    const askedAt = this.#now();
+    if (this.#shared === undefined) return this.#apply(this.#own.lease(request), want, 'local', askedAt);
     this.#leasing = true;
     const pending = this.#shared.lease(request);
     if (isPromise(pending))
       pending.then(
-        (reply) => this.#afterSharedLease(reply, request),
-        () => this.#afterSharedLease(undefined, request),
+        (reply) => this.#afterSharedLease(reply, request, askedAt),
+        () => this.#afterSharedLease(undefined, request, askedAt),
       );
-    else this.#afterSharedLease(pending, request);
+    else this.#afterSharedLease(pending, request, askedAt);
   }
 
   /** About LEASE_WINDOW_MS of the fleet's rate. */
@@ -309,13 +314,13 @@ export class FleetBudget {
   }
 
   /** The shared bucket's answer, or (none: Redis cannot answer) this replica's fallback share's. */
-  #afterSharedLease(reply: LeaseReply | undefined, request: LeaseRequest): void {
+  #afterSharedLease(reply: LeaseReply | undefined, request: LeaseRequest, askedAt: number): void {
     this.#leasing = false;
     if (this.#closed) return;
     if (reply === undefined && this.#mode === 'shared' && this.#shared?.reachable?.() === true) return this.#leaseAgainSoon();
-    if (reply === undefined) return this.#apply(this.#own.lease(request), request.want, 'fallback');
+    if (reply === undefined) return this.#apply(this.#own.lease(request), request.want, 'fallback', this.#now());
     this.#own.adopt(reply);
-    this.#apply(reply, request.want, 'shared');
+    this.#apply(reply, request.want, 'shared', askedAt);
   }
 
   /** A lease went unanswered while Redis is there (one slow command): no tokens this time, the shared bucket asked again shortly. */
@@ -336,8 +341,13 @@ export class FleetBudget {
     this.#learnPause(reply.pausedMs);
   }
 
-  /** Takes a lease's answer: the fleet's rate and pause, the tokens; hands them to waiters; asks again while some wait. */
-  #apply(reply: LeaseReply, want: number, mode: BudgetMode): void {
+  /**
+   * Takes a lease's answer: the fleet's rate and pause, the tokens; hands them to waiters; asks
+   * again while some wait. The tokens live LEASE_TTL_MS from when they were asked for (`askedAt`),
+   * not from when the answer was read: an answer read late (a stalled event loop) was granted
+   * long ago, and spending it now would add it to what the bucket has handed out since.
+   */
+  #apply(reply: LeaseReply, want: number, mode: BudgetMode, askedAt: number): void {
     if (mode !== this.#mode) {
       this.#mode = mode;
       this.#options.events?.modeChanged?.(mode);
@@ -346,7 +356,7 @@ export class FleetBudget {
     this.#learnPause(reply.pausedMs);
     if (reply.granted > 0) {
       this.#tokens += reply.granted;
-      this.#tokensUntil = this.#now() + LEASE_TTL_MS;
+      this.#tokensUntil = askedAt + LEASE_TTL_MS;
     }
     this.#leaseWasShort = reply.granted < want;
     this.#grantWaiters();

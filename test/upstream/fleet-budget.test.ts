@@ -334,6 +334,29 @@ describe('fleet budget: shared through a store', () => {
     expect(Math.max(...shared.wants)).toBeLessThanOrEqual(LEARNING_MAX_LEASE_TOKENS);
   });
 
+  it('leases about 100 ms of the rate at a time from the shared bucket, however many wait', async () => {
+    const shared = fakeShared(SHAPE);
+    const budget = makeBudget({ shared: shared.store });
+    const { granted, ask } = recorder(budget);
+    for (let n = 0; n < 40; n++) ask(`r${n}`, 'client', n % 5);
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(granted.length).toBeGreaterThan(10);
+    expect(Math.max(...shared.wants)).toBeLessThanOrEqual(2); // 10 req/s: 1 token's worth, at least 2
+  });
+
+  it('drops the tokens of a lease answered more than LEASE_TTL_MS after it was asked for', async () => {
+    const bucket = new MemoryBudgetStore(SHAPE, () => Date.now());
+    const late: BudgetStore = {
+      lease: (request) => new Promise((resolve) => setTimeout(() => resolve(bucket.lease(request)), LEASE_TTL_MS + 50)),
+      rateLimited: async (pauseMs) => bucket.rateLimited(pauseMs),
+      reachable: () => true,
+    };
+    const budget = makeBudget({ shared: late });
+    expect(budget.tryAcquire('client', 1)).toBe(false);
+    await vi.advanceTimersByTimeAsync(LEASE_TTL_MS + 50);
+    expect(budget.tryAcquire('client', 1)).toBe(false); // granted long ago: spending it now would add to what others took since
+  });
+
   it('keeps a pause it heard of when the store goes away', async () => {
     const shared = fakeShared(SHAPE);
     const budget = makeBudget({ shared: shared.store });
