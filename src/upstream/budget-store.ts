@@ -91,12 +91,6 @@ export interface LeaseRequest {
 export interface BudgetStore {
   lease(request: LeaseRequest): LeaseReply | Promise<LeaseReply | undefined> | undefined;
   rateLimited(pauseMs: number): PauseReply | Promise<PauseReply | undefined> | undefined;
-  /**
-   * Whether the store is there at all (Redis connected, its breaker closed), asked when a lease
-   * went unanswered: one slow command is not Redis down, and falling back on it would spend the
-   * fallback share on top of the tokens the shared bucket goes on handing out. Absent: always there.
-   */
-  reachable?(): boolean;
 }
 
 /** The bucket's state as stored; any field may be missing or garbage (a new or tampered key), so each is checked. */

@@ -4,7 +4,7 @@
  * arithmetic, src/cache/redis/budget-store.ts's script), leased a few at a time so that no request
  * costs a Redis round trip of its own; a replica without Redis has the bucket to itself.
  *
- * - Redis down (disconnected, or its breaker open; one slow command is not down): the replica
+ * - Redis down (or a lease unanswered within the command timeout): the replica
  *   leases from its own bucket, starting empty (no burst on top of the shared bucket's), `upstream.budget.fallbackShare` of the
  *   fleet's rate and burst, going on from the rate and pause the shared bucket last told it:
  *   never unlimited, and a paused fleet stays paused.
@@ -56,8 +56,6 @@ export const LEARNING_MAX_LEASE_TOKENS = 2;
 /** Bounds on the wait before asking the bucket again when it had nothing (ms): a pause is re-read at least every second. */
 const MIN_LEASE_RETRY_MS = 5;
 const MAX_LEASE_RETRY_MS = 1_000;
-/** The wait before asking the shared bucket again after a lease Redis did not answer in time while still reachable (ms). */
-const UNANSWERED_LEASE_RETRY_MS = 20;
 
 export type BudgetSpentReason = 'paused' | 'timeout' | 'queue-full' | 'closed';
 
@@ -317,21 +315,9 @@ export class FleetBudget {
   #afterSharedLease(reply: LeaseReply | undefined, request: LeaseRequest, askedAt: number): void {
     this.#leasing = false;
     if (this.#closed) return;
-    if (reply === undefined && this.#mode === 'shared' && this.#shared?.reachable?.() === true) return this.#leaseAgainSoon();
     if (reply === undefined) return this.#apply(this.#own.lease(request), request.want, 'fallback', this.#now());
     this.#own.adopt(reply);
     this.#apply(reply, request.want, 'shared', askedAt);
-  }
-
-  /** A lease went unanswered while Redis is there (one slow command): no tokens this time, the shared bucket asked again shortly. */
-  #leaseAgainSoon(): void {
-    this.#leaseWasShort = true;
-    if (this.#waiting() === 0) return;
-    this.#nextLease = setTimeout(() => {
-      this.#nextLease = undefined;
-      this.#ensureLease();
-    }, UNANSWERED_LEASE_RETRY_MS);
-    this.#nextLease.unref?.();
   }
 
   #afterSharedPause(reply: PauseReply | undefined): void {

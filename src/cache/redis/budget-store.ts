@@ -174,7 +174,6 @@ export class RedisBudgetStore {
     return {
       lease: (request) => this.lease(shape, request),
       rateLimited: (pauseMs) => this.rateLimited(shape, pauseMs),
-      reachable: () => this.#connection.canSend(),
     };
   }
 
