@@ -11,9 +11,14 @@
  *   DECREASE_FACTOR of the rate it was actually handing out (the instance said no at that rate);
  *   further 429s during the pause only lengthen it (they are echoes of the same excess);
  * - additive increase: once per INCREASE_INTERVAL_MS in which demand exceeded the bucket
- *   (`constrained`), the rate climbs by a step: a fixed one while well below the rate of the last
- *   429 (the limit seen), a small one near it, so the fleet settles just under the instance's limit
- *   and probes above it rarely (each probe costs one 429, and the instance escalates repeated ones).
+ *   (`constrained`), the rate climbs by a step: a fixed one until the first 429, a small probe
+ *   (PROBE_STEP_SHARE of the limit seen) once one has come, so the fleet settles under the
+ *   instance's limit and crosses it again only minutes later (each crossing costs a 429 or two,
+ *   and the instance escalates repeated ones into a lockout of the whole account).
+ * Why the decrease is deep: an instance with a burst of its own lets the fleet climb past its
+ * limit until that burst is drained, so the rate of the first 429 overstates the limit (by about
+ * √(2 × its burst × the step): 6 req/s on a 20 req/s instance with a burst of 20); resuming at
+ * DECREASE_FACTOR of it must land under the real limit, or the next 429 comes within the minute.
  * A fixed budget (`upstream.budget.requestsPerSecond`) is the ceiling: the rate starts there and
  * never climbs past it. Without one, it starts at LEARN_START_RPS with a burst of one second's worth.
  *
@@ -27,14 +32,13 @@ export const LEARN_START_RPS = 5;
 const LEARNED_MAX_RPS = 100_000;
 /** The floor a run of 429s can push the rate to: one request per five seconds. */
 export const MIN_RPS = 0.2;
-/** The rate after a 429, as a share of the rate handed out when it came. */
-export const DECREASE_FACTOR = 0.8;
+/** The rate after a 429, as a share of the rate handed out when it came (see above: deep enough for an instance's burst). */
+export const DECREASE_FACTOR = 0.7;
 /** One additive step per interval in which demand exceeded the bucket. */
 export const INCREASE_INTERVAL_MS = 1_000;
-/** The step below the limit seen (req/s per interval), or 2 % of that limit when larger. */
+/** The step until the first 429 (req/s per interval). */
 export const INCREASE_STEP_RPS = 1;
-/** Above this share of the limit seen the rate only probes: a step of PROBE_STEP_SHARE of the limit per interval (10 % a minute). */
-export const PROBE_FROM_SHARE = 0.9;
+/** The step once a 429 has been seen: this share of the limit seen per interval (10 % a minute), so the next crossing is minutes away. */
 export const PROBE_STEP_SHARE = 1 / 600;
 /** The window over which tokens handed out are counted, to know the rate actually in use when a 429 comes. */
 export const MEASURE_WINDOW_MS = 1_000;
@@ -112,10 +116,9 @@ function burstOf(shape: BudgetShape, rateRps: number, scale = 1): number {
   return Math.max(1, full * scale);
 }
 
-/** The additive step at `rateRps` given the limit seen: fixed well below it, a probe near it. */
-function increaseStepOf(rateRps: number, limitRps: number): number {
-  if (limitRps > 0 && rateRps >= limitRps * PROBE_FROM_SHARE) return Math.max(0.01, limitRps * PROBE_STEP_SHARE);
-  return Math.max(INCREASE_STEP_RPS, limitRps * 0.02);
+/** The additive step given the limit seen: fixed before any 429, a probe after one. */
+function increaseStepOf(limitRps: number): number {
+  return limitRps > 0 ? Math.max(0.01, limitRps * PROBE_STEP_SHARE) : INCREASE_STEP_RPS;
 }
 
 /** A stored state made safe to use at `now`: missing fields take a new bucket's values, the rest are bounded. */
@@ -153,7 +156,7 @@ function leaseFrom(state: BucketState, shape: BudgetShape, request: LeaseRequest
     return { granted: 0, waitMs: pausedMs, pausedMs, rateRps: state.rateRps };
   }
   if (request.constrained && now - state.increasedAtMs >= INCREASE_INTERVAL_MS) {
-    state.rateRps = Math.min(shape.maxRps, state.rateRps + increaseStepOf(state.rateRps, state.limitRps));
+    state.rateRps = Math.min(shape.maxRps, state.rateRps + increaseStepOf(state.limitRps));
     state.increasedAtMs = now;
   }
   const localRps = state.rateRps * scale;
@@ -224,6 +227,10 @@ export class MemoryBudgetStore implements BudgetStore {
     const now = this.now();
     const state = normalizeState(this.state, this.shape, now, this.scale);
     state.rateRps = clamp(reply.rateRps, MIN_RPS, this.shape.maxRps);
+    // Empty as of now: if Redis goes away, the share starts without a burst of its own (the
+    // shared bucket has just handed this replica what it could), and refills at its rate from here.
+    state.tokens = 0;
+    state.atMs = Math.max(state.atMs, now);
     if (reply.pausedMs > 0 && now + reply.pausedMs > state.pauseUntilMs) {
       state.pauseUntilMs = now + reply.pausedMs;
       state.tokens = 0;

@@ -4,7 +4,8 @@
  * arithmetic, src/cache/redis/budget-store.ts's script), leased a few at a time so that no request
  * costs a Redis round trip of its own; a replica without Redis has the bucket to itself.
  *
- * - Redis down: the replica leases from its own bucket, `upstream.budget.fallbackShare` of the
+ * - Redis down (or a lease unanswered within the command timeout): the replica
+ *   leases from its own bucket, starting empty (no burst on top of the shared bucket's), `upstream.budget.fallbackShare` of the
  *   fleet's rate and burst, going on from the rate and pause the shared bucket last told it:
  *   never unlimited, and a paused fleet stays paused.
  * - A 429 from the instance (`onRateLimited`) pauses this replica at once and the whole fleet
@@ -24,8 +25,9 @@
  *
  * Fast path: a token at hand is taken synchronously, with no promise and no allocation.
  *
- * Accounting: the shared bucket hands out at most burst + rate × T tokens in any T seconds, and a
- * leased token not used within LEASE_TTL_MS is dropped, so the fleet sends at most
+ * Accounting: the shared bucket hands out at most burst + rate × T tokens in any T seconds, a
+ * lease takes about LEASE_WINDOW_MS of the rate however many wait, and a leased token not used
+ * within LEASE_TTL_MS of being asked for is dropped (an answer read late included), so the fleet sends at most
  * burst + rate × (T + LEASE_TTL_MS) requests in any window of T: a lease is never hoarded into a
  * burst of its own, nor spent through a pause another replica learned of since.
  */
@@ -45,6 +47,12 @@ export const LEASE_TTL_MS = 250;
 const LEASE_WINDOW_MS = 100;
 const MIN_LEASE_TOKENS = 2;
 const MAX_LEASE_TOKENS = 20;
+/**
+ * The most a lease takes while the rate is learned (no fixed budget): tokens leased are spent
+ * before the replica hears of another's 429, so a big lease near the instance's limit turns one
+ * 429 into several, and the instance escalates several within a minute into a lockout.
+ */
+export const LEARNING_MAX_LEASE_TOKENS = 2;
 /** Bounds on the wait before asking the bucket again when it had nothing (ms): a pause is re-read at least every second. */
 const MIN_LEASE_RETRY_MS = 5;
 const MAX_LEASE_RETRY_MS = 1_000;
@@ -124,6 +132,8 @@ export class FleetBudget {
   readonly #own: MemoryBudgetStore;
   readonly #queues = BUDGET_PRIORITIES.map(() => new FairQueue<Waiter>());
   readonly #maxPerCaller: number;
+  /** The most one lease asks the shared bucket for. */
+  readonly #maxLeaseTokens: number;
   #mode: BudgetMode;
   #tokens = 0;
   #tokensUntil = 0;
@@ -143,6 +153,8 @@ export class FleetBudget {
     this.#shared = options.shared;
     this.#own = new MemoryBudgetStore(options.shape, this.#now, options.shared === undefined ? 1 : options.fallbackShare);
     this.#maxPerCaller = options.maxPerCaller ?? Number.POSITIVE_INFINITY;
+    // Without a fixed budget the rate starts below its ceiling and is learned from 429s.
+    this.#maxLeaseTokens = options.shape.startRps < options.shape.maxRps ? LEARNING_MAX_LEASE_TOKENS : MAX_LEASE_TOKENS;
     this.#mode = options.shared === undefined ? 'local' : 'shared';
     this.#rateRps = Math.min(options.shape.startRps, options.shape.maxRps);
   }
@@ -238,7 +250,7 @@ export class FleetBudget {
     if (this.#takeAtHand()) return true;
     // Without Redis the bucket answers at once: ask it now rather than queue.
     if (this.#shared !== undefined || this.#leasing) return false;
-    this.#apply(this.#own.lease({ want: 1, constrained: false }), 1, 'local');
+    this.#apply(this.#own.lease({ want: 1, constrained: false }), 1, 'local', this.#now());
     return this.#takeAtHand();
   }
 
@@ -276,32 +288,36 @@ export class FleetBudget {
   #ensureLease(): void {
     if (this.#leasing || this.#nextLease !== undefined || this.#closed) return;
     const waiting = this.#waiting();
-    const want = this.#shared === undefined ? Math.max(1, waiting) : Math.min(MAX_LEASE_TOKENS, Math.max(this.#leaseSize(), waiting));
+    // From the shared bucket, about LEASE_WINDOW_MS of the rate however many wait: a replica whose
+    // event loop stalls spends its lease late, on top of what the others take meanwhile, so a big
+    // lease becomes a burst the bucket never allowed.
+    const want = this.#shared === undefined ? Math.max(1, waiting) : this.#leaseSize();
     const request: LeaseRequest = { want, constrained: this.#leaseWasShort && this.#wanted };
     this.#wanted = false;
-    if (this.#shared === undefined) return this.#apply(this.#own.lease(request), want, 'local');
+    const askedAt = this.#now();
+    if (this.#shared === undefined) return this.#apply(this.#own.lease(request), want, 'local', askedAt);
     this.#leasing = true;
     const pending = this.#shared.lease(request);
     if (isPromise(pending))
       pending.then(
-        (reply) => this.#afterSharedLease(reply, request),
-        () => this.#afterSharedLease(undefined, request),
+        (reply) => this.#afterSharedLease(reply, request, askedAt),
+        () => this.#afterSharedLease(undefined, request, askedAt),
       );
-    else this.#afterSharedLease(pending, request);
+    else this.#afterSharedLease(pending, request, askedAt);
   }
 
   /** About LEASE_WINDOW_MS of the fleet's rate. */
   #leaseSize(): number {
-    return Math.min(MAX_LEASE_TOKENS, Math.max(MIN_LEASE_TOKENS, Math.ceil((this.#rateRps * LEASE_WINDOW_MS) / 1000)));
+    return Math.min(this.#maxLeaseTokens, Math.max(MIN_LEASE_TOKENS, Math.ceil((this.#rateRps * LEASE_WINDOW_MS) / 1000)));
   }
 
   /** The shared bucket's answer, or (none: Redis cannot answer) this replica's fallback share's. */
-  #afterSharedLease(reply: LeaseReply | undefined, request: LeaseRequest): void {
+  #afterSharedLease(reply: LeaseReply | undefined, request: LeaseRequest, askedAt: number): void {
     this.#leasing = false;
     if (this.#closed) return;
-    if (reply === undefined) return this.#apply(this.#own.lease(request), request.want, 'fallback');
+    if (reply === undefined) return this.#apply(this.#own.lease(request), request.want, 'fallback', this.#now());
     this.#own.adopt(reply);
-    this.#apply(reply, request.want, 'shared');
+    this.#apply(reply, request.want, 'shared', askedAt);
   }
 
   #afterSharedPause(reply: PauseReply | undefined): void {
@@ -311,8 +327,13 @@ export class FleetBudget {
     this.#learnPause(reply.pausedMs);
   }
 
-  /** Takes a lease's answer: the fleet's rate and pause, the tokens; hands them to waiters; asks again while some wait. */
-  #apply(reply: LeaseReply, want: number, mode: BudgetMode): void {
+  /**
+   * Takes a lease's answer: the fleet's rate and pause, the tokens; hands them to waiters; asks
+   * again while some wait. The tokens live LEASE_TTL_MS from when they were asked for (`askedAt`),
+   * not from when the answer was read: an answer read late (a stalled event loop) was granted
+   * long ago, and spending it now would add it to what the bucket has handed out since.
+   */
+  #apply(reply: LeaseReply, want: number, mode: BudgetMode, askedAt: number): void {
     if (mode !== this.#mode) {
       this.#mode = mode;
       this.#options.events?.modeChanged?.(mode);
@@ -321,7 +342,7 @@ export class FleetBudget {
     this.#learnPause(reply.pausedMs);
     if (reply.granted > 0) {
       this.#tokens += reply.granted;
-      this.#tokensUntil = this.#now() + LEASE_TTL_MS;
+      this.#tokensUntil = askedAt + LEASE_TTL_MS;
     }
     this.#leaseWasShort = reply.granted < want;
     this.#grantWaiters();

@@ -37,6 +37,15 @@ describe('memory: a replica’s share of the budget', () => {
     expect(resumed.rateRps).toBeCloseTo(20);
   });
 
+  it('is empty once told the shared bucket’s rate: falling back, it has no burst of its own', () => {
+    const clock = makeClock();
+    const store = new MemoryBudgetStore(SHAPE, clock.now, 0.5);
+    store.adopt({ rateRps: 40, pausedMs: 0 });
+    expect(store.lease({ want: 100, constrained: false }).granted).toBe(0);
+    clock.advance(500);
+    expect(store.lease({ want: 100, constrained: false }).granted).toBe(10); // half of 40 req/s for 0.5 s
+  });
+
   it('bounds every field of a stored state, so garbage cannot lift or stop the budget for ever', () => {
     const now = 1_000_000;
     const state = normalizeState({ tokens: 1e12, rateRps: 1e9, pauseUntilMs: now + 1e12, atMs: Number.NaN, limitRps: -5, windowCount: -1 }, SHAPE, now);

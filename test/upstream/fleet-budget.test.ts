@@ -10,6 +10,7 @@ import { MemoryBudgetStore, budgetShapeOf, type BudgetShape, type BudgetStore } 
 import {
   BudgetSpentError,
   FleetBudget,
+  LEARNING_MAX_LEASE_TOKENS,
   LEASE_TTL_MS,
   type BudgetEvents,
   type BudgetPriority,
@@ -62,10 +63,12 @@ function recorder(budget: FleetBudget) {
 function fakeShared(shape: BudgetShape) {
   const bucket = new MemoryBudgetStore(shape, () => Date.now());
   const counts = { leases: 0, pauses: 0 };
+  const wants: number[] = [];
   let down = false;
   const store: BudgetStore = {
     lease: async (request) => {
       counts.leases++;
+      wants.push(request.want);
       return down ? undefined : bucket.lease(request);
     },
     rateLimited: async (pauseMs) => {
@@ -76,6 +79,7 @@ function fakeShared(shape: BudgetShape) {
   return {
     store,
     counts,
+    wants,
     takeDown: () => void (down = true),
     bringUp: () => void (down = false),
     /** Another replica's 429, straight into the shared bucket. */
@@ -280,6 +284,53 @@ describe('fleet budget: shared through a store', () => {
     await vi.advanceTimersByTimeAsync(0);
     expect(budget.snapshot().mode).toBe('shared');
     expect(modes).toEqual(['fallback', 'shared']);
+  });
+
+  it('falls back with an empty share: no burst of its own on top of what the shared bucket handed out', async () => {
+    const shared = fakeShared(SHAPE);
+    const budget = makeBudget({ shared: shared.store, fallbackShare: 0.5 });
+    for (let lease = 0; lease < 3; lease++) {
+      while (budget.tryAcquire('client', 1));
+      await vi.advanceTimersByTimeAsync(0); // the shared bucket's burst (4) leased and spent, the clock still
+    }
+    shared.takeDown();
+    expect(budget.tryAcquire('client', 1)).toBe(false);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(budget.snapshot().mode).toBe('fallback');
+    expect(budget.tryAcquire('client', 1)).toBe(false); // not half of the burst (2) at once: the share refills from empty
+  });
+
+  it('leases at most LEARNING_MAX_LEASE_TOKENS at a time while the rate is learned, however many wait', async () => {
+    const learned = budgetShapeOf({ requestsPerSecond: 0, burst: 0 }, MAX_PAUSE_MS);
+    const shared = fakeShared(learned);
+    const budget = makeBudget({ shape: learned, shared: shared.store });
+    const { granted, ask } = recorder(budget);
+    for (let n = 0; n < 40; n++) ask(`r${n}`, 'client', n % 5);
+    await vi.advanceTimersByTimeAsync(3_000);
+    expect(granted.length).toBeGreaterThan(5);
+    expect(Math.max(...shared.wants)).toBeLessThanOrEqual(LEARNING_MAX_LEASE_TOKENS);
+  });
+
+  it('leases about 100 ms of the rate at a time from the shared bucket, however many wait', async () => {
+    const shared = fakeShared(SHAPE);
+    const budget = makeBudget({ shared: shared.store });
+    const { granted, ask } = recorder(budget);
+    for (let n = 0; n < 40; n++) ask(`r${n}`, 'client', n % 5);
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(granted.length).toBeGreaterThan(10);
+    expect(Math.max(...shared.wants)).toBeLessThanOrEqual(2); // 10 req/s: 1 token's worth, at least 2
+  });
+
+  it('drops the tokens of a lease answered more than LEASE_TTL_MS after it was asked for', async () => {
+    const bucket = new MemoryBudgetStore(SHAPE, () => Date.now());
+    const late: BudgetStore = {
+      lease: (request) => new Promise((resolve) => setTimeout(() => resolve(bucket.lease(request)), LEASE_TTL_MS + 50)),
+      rateLimited: async (pauseMs) => bucket.rateLimited(pauseMs),
+    };
+    const budget = makeBudget({ shared: late });
+    expect(budget.tryAcquire('client', 1)).toBe(false);
+    await vi.advanceTimersByTimeAsync(LEASE_TTL_MS + 50);
+    expect(budget.tryAcquire('client', 1)).toBe(false); // granted long ago: spending it now would add to what others took since
   });
 
   it('keeps a pause it heard of when the store goes away', async () => {

@@ -22,7 +22,6 @@ import {
   INCREASE_STEP_RPS,
   MEASURE_WINDOW_MS,
   MIN_RPS,
-  PROBE_FROM_SHARE,
   PROBE_STEP_SHARE,
   type BudgetShape,
   type BudgetStore,
@@ -106,8 +105,8 @@ if now < s.pauseUntil then
   return {0, math.ceil(paused), math.ceil(paused), math.floor(s.rate * ${MICRO})}
 end
 if constrained and now - s.increasedAt >= ${INCREASE_INTERVAL_MS} then
-  local step = math.max(${INCREASE_STEP_RPS}, s.limit * 0.02)
-  if s.limit > 0 and s.rate >= s.limit * ${PROBE_FROM_SHARE} then step = math.max(0.01, s.limit * ${PROBE_STEP_SHARE}) end
+  local step = ${INCREASE_STEP_RPS}
+  if s.limit > 0 then step = math.max(0.01, s.limit * ${PROBE_STEP_SHARE}) end
   s.rate = math.min(maxRps, s.rate + step)
   s.increasedAt = now
 end
@@ -172,7 +171,10 @@ export class RedisBudgetStore {
 
   /** The store of one bucket's shape (the shape travels with each call: replicas of another config bound it their way). */
   forShape(shape: BudgetShape): BudgetStore {
-    return { lease: (request) => this.lease(shape, request), rateLimited: (pauseMs) => this.rateLimited(shape, pauseMs) };
+    return {
+      lease: (request) => this.lease(shape, request),
+      rateLimited: (pauseMs) => this.rateLimited(shape, pauseMs),
+    };
   }
 
   async lease(shape: BudgetShape, request: LeaseRequest): Promise<LeaseReply | undefined> {
