@@ -4,12 +4,14 @@
  * credential, a parameter the catalogue does not know) is handed to `forward` (fastify and
  * @fastify/http-proxy); everything else is answered here, by one path:
  *
- *   route memo (raw URL → operation + canonical query)
- *     → caller (identity memo; else upstream GET /user, coalesced) ── refused ─▶ relayed
+ *   route memo (route-memo.ts: raw URL → operation + canonical query)
+ *     → caller (callers/identity.ts: identity memo; else upstream GET /user, coalesced) ── refused ─▶ relayed
  *     → invalid parameters ─▶ 400/422 here
- *     → decide (decide.ts: key, fill key, may this caller read it)
- *     → read-through (read-through.ts: tiers in order, fill, stale)
- *     → writer (writer.ts) and record (ops/recorder.ts: metrics, stats, access log line)
+ *     → decide (decide.ts: scope, key, fill key, what gates it, may this caller read it)
+ *     → judge (judge.ts: a named verdict) → read-through (read-through.ts: acts on it: tiers in
+ *       order, access confirmations and grants in callers/, fill through cache/shared-fill.ts)
+ *     → respond (respond/: writer, headers, encodings) and record (ops/recorder.ts: metrics, stats, access log line)
+ *   anything else → passthrough/ (forwarding rules, @fastify/http-proxy)
  *
  * Every request gets one exchange (exchange.ts), made in `handle`: each stage fills its own field
  * of it (the decision, the bytes written, the upstream's time), and the record reads them there.
