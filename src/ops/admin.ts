@@ -307,8 +307,8 @@ function budgetOf(deps: AdminDeps): BudgetStats | null {
     tokens: metrics.families.budgetTokens.total({}),
     waits: metrics.families.budgetWaits.total({}),
     spent: metrics.families.budgetWaits.total({ result: 'spent' }),
-    deferredToStale: metrics.totals.budgetDeferredToStale,
-    refused: metrics.totals.budgetRefused,
+    deferredToStale: metrics.families.budgetDeferred.total({ to: 'stale' }),
+    refused: metrics.families.budgetDeferred.total({ to: 'refused' }),
     pauses: metrics.totals.budgetPauses,
   };
 }

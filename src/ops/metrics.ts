@@ -191,6 +191,7 @@ export interface Metrics {
     readonly evictions: LabelledFamily;
     readonly budgetTokens: LabelledFamily;
     readonly budgetWaits: LabelledFamily;
+    readonly budgetDeferred: LabelledFamily;
   };
   readonly totals: {
     bytesSent: number;
@@ -198,8 +199,6 @@ export interface Metrics {
     purges: number;
     adminAuthFailures: number;
     budgetPauses: number;
-    budgetDeferredToStale: number;
-    budgetRefused: number;
   } & SharingTotals;
 }
 
@@ -372,29 +371,20 @@ export function createMetrics(options: MetricsOptions): Metrics {
     purges: 0,
     adminAuthFailures: 0,
     budgetPauses: 0,
-    budgetDeferredToStale: 0,
-    budgetRefused: 0,
     sharedHits: 0,
     grantFills: 0,
     savedBySharing: 0,
   };
-  const deferredHelp =
-    "Client requests the fleet's upstream budget had no token for within upstream.budget.maxWaitMs, by what they got: stale (a stale answer within cache.staleIfErrorMs, Cache-Status detail=budget) or refused (429 with a Retry-After).";
-  registry.registerMetric({
-    name: 'tm_cache_upstream_budget_deferred_total',
-    help: deferredHelp,
-    type: 'counter',
-    get: () => ({
-      name: 'tm_cache_upstream_budget_deferred_total',
-      help: deferredHelp,
-      type: 'counter',
-      values: [
-        { value: totals.budgetDeferredToStale, labels: { to: 'stale' } },
-        { value: totals.budgetRefused, labels: { to: 'refused' } },
-      ],
-      aggregator: 'sum',
-    }),
-  } as never);
+  const budgetDeferred = new LabelledFamily(
+    'tm_cache_upstream_budget_deferred_total',
+    "Client requests the fleet's upstream budget had no token for within upstream.budget.maxWaitMs, by what they got: stale (a stale answer within cache.staleIfErrorMs, Cache-Status detail=budget) or refused (429 with a Retry-After).",
+    'counter',
+    ['to'],
+    [],
+    registry,
+  );
+  // Both results are there from the start at 0, so that an alert on increase() sees the first one.
+  for (const to of ['stale', 'refused']) budgetDeferred.slot(to);
   counterOf(
     registry,
     'tm_cache_shared_hits_total',
@@ -538,8 +528,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
       modeChanged: () => undefined,
     },
     budgetDeferred(to) {
-      if (to === 'stale') totals.budgetDeferredToStale++;
-      else totals.budgetRefused++;
+      budgetDeferred.inc(budgetDeferred.slot(to));
     },
     watchBudget(snapshot) {
       const gauge = (name: string, help: string, read: (s: BudgetSnapshot) => number): void => {
@@ -574,7 +563,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
       );
     },
     sharing: sharingEvents(totals),
-    families: { requests, upstreamResponses, evictions, budgetTokens, budgetWaits },
+    families: { requests, upstreamResponses, evictions, budgetTokens, budgetWaits, budgetDeferred },
     totals,
   };
 }

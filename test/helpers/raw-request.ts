@@ -1,7 +1,7 @@
 /**
  * A request sent byte for byte as written, for request targets no HTTP client would send as
- * they are (dot segments, backslashes, absolute-form): a POST with body `{}` over a fresh
- * connection, and the response read until the server closes it.
+ * they are (dot segments, backslashes, absolute-form), over a fresh connection, and the response
+ * read until the server closes it.
  */
 import { connect } from 'node:net';
 
@@ -11,17 +11,9 @@ export interface RawResponse {
   readonly text: string;
 }
 
-export async function sendRaw(proxyUrl: string, target: string): Promise<RawResponse> {
-  const { hostname, port } = new URL(proxyUrl);
-  const socket = connect(Number(port), hostname);
-  // Not end(): a half-closed client may lose its response; Connection: close ends the exchange.
-  socket.write(`POST ${target} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
-  const chunks: Buffer[] = [];
-  for await (const chunk of socket) chunks.push(chunk as Buffer);
-  const [head = '', text = ''] = Buffer.concat(chunks).toString().split('\r\n\r\n', 2);
-  const [statusLine = '', ...headerLines] = head.split('\r\n');
-  const headers = Object.fromEntries(headerLines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]));
-  return { status: Number(statusLine.split(' ')[1]), headers, text };
+/** A POST with body `{}` to `target`, as written. */
+export function sendRaw(proxyUrl: string, target: string): Promise<RawResponse> {
+  return sendRawRequest(proxyUrl, 'POST', target, {}, '{}');
 }
 
 /**
@@ -41,6 +33,7 @@ export async function sendRawRequest(
   const lines = [`${method} ${target} HTTP/1.1`, `Host: ${hostname}`, 'Connection: close'];
   for (const [name, value] of Object.entries(headers)) lines.push(`${name}: ${value}`);
   if (body !== undefined) lines.push('Content-Type: application/json', `Content-Length: ${Buffer.byteLength(body)}`);
+  // Not end(): a half-closed client may lose its response; Connection: close ends the exchange.
   socket.write(`${lines.join('\r\n')}\r\n\r\n${body ?? ''}`);
   const chunks: Buffer[] = [];
   for await (const chunk of socket) chunks.push(chunk as Buffer);
