@@ -4,10 +4,11 @@
  * (on the server core), a private redis-server, and the bench-only Redis-hit server.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
 import { freePort, startProcess, waitForHttp, type Proc } from './procs.js';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
@@ -99,6 +100,18 @@ export interface TmCacheOptions {
   readonly config?: Record<string, unknown>;
 }
 
+/** `over` on top of `under`, section by section (a settings file over the defaults, as tm-cache merges them). */
+function mergeSettings(under: Record<string, unknown>, over: Record<string, unknown> | null): Record<string, unknown> {
+  const merged: Record<string, unknown> = { ...under };
+  for (const [name, value] of Object.entries(over ?? {})) {
+    const below = merged[name];
+    const bothSections =
+      typeof value === 'object' && value !== null && !Array.isArray(value) && typeof below === 'object' && below !== null && !Array.isArray(below);
+    merged[name] = bothSections ? mergeSettings(below as Record<string, unknown>, value as Record<string, unknown>) : value;
+  }
+  return merged;
+}
+
 /** A budget no scenario reaches (requests per second): the bench's default for this checkout. */
 export const BENCH_BUDGET = { upstream: { budget: { requestsPerSecond: 100_000 } } };
 let configDir: string | undefined;
@@ -131,14 +144,22 @@ export async function startTmCache(upstream: string, options: TmCacheOptions = {
     options.logLevel ?? defaultLogLevel,
   ];
   if (options.redisUrl) args.push('--redis', options.redisUrl);
-  const config = options.config ?? (options.cli === undefined ? BENCH_BUDGET : undefined);
+  let config = options.config;
+  let env = options.env;
+  if (config === undefined && options.cli === undefined) {
+    // This build's budget beneath the scenario's own settings file: passed as --config alone, it
+    // would replace that file (a flag wins over TM_CACHE_CONFIG), so the two are made one.
+    const file = env?.['TM_CACHE_CONFIG'];
+    config = file === undefined ? BENCH_BUDGET : mergeSettings(BENCH_BUDGET, parseYaml(readFileSync(file, 'utf8')) as Record<string, unknown>);
+    if (file !== undefined) env = Object.fromEntries(Object.entries(env!).filter(([name]) => name !== 'TM_CACHE_CONFIG'));
+  }
   if (config !== undefined) {
     configDir ??= mkdtempSync(join(tmpdir(), 'tm-cache-bench-config-'));
     args.push('--config', writeConfig(configDir, `tm-cache-${++configCount}`, config));
   }
   // A shared Redis needs a secret Redis does not hold; the replicas of one bench share this one.
   const secret = options.redisUrl ? { TM_CACHE_HMAC_SECRET: BENCH_HMAC_SECRET } : {};
-  const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...secret, ...options.env } });
+  const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...secret, ...env } });
   const managementUrl = `http://127.0.0.1:${management}`;
   await waitForHttp(`${managementUrl}/readyz`, proc);
   return { name: options.name ?? 'tm-cache', url: `http://127.0.0.1:${port}`, proc, managementUrl };
