@@ -5,7 +5,7 @@ import { RedisConnection } from '../../src/cache/redis/connection.js';
 import { TieredCache } from '../../src/cache/tiered.js';
 import { findFreePort, startRedis, type RedisHandle } from '../helpers/redis.js';
 import { makeEntry } from './fixtures.js';
-import { closeRedisRoles, makeRedisRoles, recordingLogger, waitUntil } from './redis-fixtures.js';
+import { closeRedisRoles, makeRedisRoles, rawClient, recordingLogger, uniquePrefix, waitUntil } from './redis-fixtures.js';
 
 /** The cache as startProxy builds it: memory, then the roles' tier, listening on their bus. */
 function tieredOver(roles: RedisRoles): TieredCache {
@@ -77,6 +77,45 @@ describe('the Redis roles when Redis dies and comes back', () => {
     await waitUntil(() => cache.memory.stats().entries === 0, 30_000, 'memory cleared after resubscribe');
     expect(await cache.ready(30_000)).toBe(true);
     await cache.close();
+  });
+});
+
+describe('the invalidation subscription when Redis refuses it again', () => {
+  it('records the refusal as a failure, leaves no promise unhandled, and listens again once allowed', async () => {
+    const raw = rawClient(redis.url);
+    const user = `sub-${uniquePrefix().replace(/\W/g, '')}`;
+    await raw.acl('SETUSER', user, 'on', '>pw', '~*', '&*', '+@all');
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown): void => void unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    const logger = recordingLogger();
+    const keyPrefix = uniquePrefix();
+    const roles = await makeRedisRoles(`redis://${user}:pw@${new URL(redis.url).host}`, { logger, keyPrefix });
+    const other = await makeRedisRoles(redis.url, { keyPrefix });
+    const cache = tieredOver(roles);
+    const refusals = (): number =>
+      logger.lines.filter((l) => (l.obj as { kind?: string }).kind === 'subscribe' && /NOPERM/.test(String((l.obj as { err?: unknown }).err))).length;
+    try {
+      expect(await cache.ready(15_000)).toBe(true);
+      // Taking the channels away disconnects the subscriber (Redis 7); every subscription is then NOPERM.
+      await raw.acl('SETUSER', user, 'resetchannels');
+      await waitUntil(() => refusals() === 1, 15_000, 'the refused subscription recorded');
+      // Allowed again: the next connection subscribes by itself, says messages were lost (memory is
+      // cleared), and from then on another replica's invalidations arrive.
+      cache.memory.set('before', makeEntry(Date.now()));
+      await raw.acl('SETUSER', user, '&*');
+      await raw.client('KILL', 'USER', user);
+      await waitUntil(() => cache.memory.get('before') === undefined, 15_000, 'the subscription back, after a loss');
+      cache.memory.set('k', makeEntry(Date.now(), { tags: ['project:9'] }));
+      expect(await other.bus.publish({ kind: 'tag', tag: 'project:9' })).toBe(true);
+      await waitUntil(() => cache.memory.get('k') === undefined, 5_000, 'an invalidation published by another replica arrives');
+      expect(refusals()).toBe(1);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      await cache.close();
+      raw.disconnect();
+    }
   });
 });
 

@@ -8,7 +8,10 @@
  *   rather than being replayed later, when its answer no longer matters.
  * - a retry strategy that never gives up (with capped backoff), so the tier resumes by itself.
  * The subscriber connection is the exception: it holds no request, so it queues its
- * SUBSCRIBE until connected and re-subscribes after every reconnect (ioredis autoResubscribe).
+ * SUBSCRIBE until connected, and subscribes again itself on every 'ready' (connection.ts
+ * `subscribe`), its failure counted. ioredis' own `autoResubscribe` is off: it re-subscribes with a
+ * promise nobody handles, which a refusal (NOPERM) or a connection closed meanwhile rejects
+ * unhandled, and an unhandled rejection ends a Node process.
  */
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { DEFAULT_COMMAND_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, type RedisMode } from '../../config/schema.js';
@@ -58,7 +61,7 @@ function connectionOptions(options: RedisConnectionOptions, role: ConnectionRole
     enableOfflineQueue: !forCommands,
     maxRetriesPerRequest: forCommands ? 0 : null,
     retryStrategy: reconnectDelayMs,
-    autoResubscribe: true,
+    autoResubscribe: false,
     lazyConnect: false,
     connectionName: `tm-cache:${role}`,
     ...credentialOptions(options),
