@@ -12,7 +12,7 @@ const UNIT = [
   'test/emulator/dataset.test.ts',
   'test/helm/chart.test.ts',
   'test/ops/management.test.ts',
-  'test/proxy/{access-confirmation,headers,judge,read-through-units}.test.ts',
+  'test/proxy/{access-confirmation,headers,judge,read-through-units,refresh-ahead-units}.test.ts',
   'test/bench/{docs,mix,options}.test.ts',
   'test/upstream/{answer,fair-lane,budget-store,fleet-budget}.test.ts',
   'test/cache/claims.test.ts',

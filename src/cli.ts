@@ -251,9 +251,13 @@ Ctrl-C stops both.`);
 
 async function main(argv: readonly string[]): Promise<void> {
   const [command, ...rest] = argv;
-  if ((command === 'serve' || command === 'emulator' || command === 'demo') && rest.some(isHelpFlag)) {
-    console.log(COMMAND_HELP[command]);
-    return;
+  if (command === 'serve' || command === 'emulator' || command === 'demo') {
+    // `tm-cache serve --version` as well as `tm-cache --version`: a newcomer tries both.
+    const answer = rest.some(isHelpFlag) ? COMMAND_HELP[command] : rest.includes('--version') ? VERSION : undefined;
+    if (answer !== undefined) {
+      console.log(answer);
+      return;
+    }
   }
   switch (command) {
     case 'serve':

@@ -4,7 +4,7 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -77,6 +77,44 @@ describe('tm-cache serve', () => {
     expect(access.length).toBeGreaterThanOrEqual(3);
     expect(access.at(-1)).toMatch(/"op":"listRuns".*"status":200.*"outcome":"miss"/);
     expect(serve.output()).not.toContain(token);
+  });
+
+  it('with stdout a regular file, writes every access line whole, the last batch on SIGTERM', { timeout: 60_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tm-cache-stdout-'));
+    const file = join(dir, 'stdout.log');
+    const fd = openSync(file, 'a');
+    const child = spawn(process.execPath, [CLI, 'serve'], {
+      stdio: ['ignore', fd, 'pipe'],
+      env: { PATH: process.env['PATH'] ?? '', TM_CACHE_UPSTREAM: emulator.url, TM_CACHE_PORT: '0', TM_CACHE_MANAGEMENT_PORT: '0', TM_CACHE_LOG_LEVEL: 'info' },
+    });
+    closeSync(fd);
+    try {
+      const lines = (): string[] => readFileSync(file, 'utf8').split('\n');
+      let serving: string | undefined;
+      await until(() => (serving = lines().find((l) => l.includes('tm-cache serving'))) !== undefined);
+      const { url } = JSON.parse(serving!) as { url: string };
+      const { token, project_ids } = emulator.tokens.member(0);
+      // More than one 64 KiB batch of lines (~300 bytes each): lines cross the buffers' ends.
+      const requests = 400;
+      for (let i = 0; i < requests; i++) expect((await httpGet(`${url}/api/v1/projects/${project_ids[0]}/runs?per_page=15`, token)).status).toBe(200);
+      child.kill('SIGTERM');
+      const [code] = (await once(child, 'exit')) as [number];
+      expect(code).toBe(0);
+      const written = readFileSync(file, 'utf8');
+      expect(written.endsWith('\n')).toBe(true);
+      // Every line is one whole JSON object, and every request has its line, the last ones too.
+      const parsed = written
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { msg: string; outcome?: string });
+      const access = parsed.filter((l) => l.msg === 'access');
+      expect(access).toHaveLength(requests);
+      expect(access.filter((l) => l.outcome === 'hit')).toHaveLength(requests - 1);
+      expect(written).not.toContain(token);
+    } finally {
+      child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses to start without an upstream and says how to set one or run the demo', async () => {
@@ -154,9 +192,11 @@ describe('tm-cache --help, <command> --help, --version', () => {
 
   it('--version prints the version of package.json', async () => {
     const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
-    const r = await run(['--version']);
-    expect(r.code).toBe(0);
-    expect(r.stdout.trim()).toBe(pkg.version);
+    for (const args of [['--version'], ['serve', '--version'], ['emulator', '--version'], ['demo', '--version']]) {
+      const r = await run(args);
+      expect(r.code, args.join(' ')).toBe(0);
+      expect(r.stdout.trim(), args.join(' ')).toBe(pkg.version);
+    }
   });
 
   it('still refuses an unknown flag with exit 2 and a message', async () => {

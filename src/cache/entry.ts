@@ -40,6 +40,12 @@ export interface CacheEntry {
    * account for it without decoding it. Absent: `body.length`.
    */
   readonly bodyLength?: number | undefined;
+  /**
+   * Refresh-ahead's trace (proxy/refresh-ahead.ts), in this process only (never stored in Redis):
+   * false on an answer a refresh-ahead stored for a key polled in the period before; set true by
+   * its first fresh read. Absent on every other entry.
+   */
+  readSinceRefresh?: boolean | undefined;
 }
 
 /** The length of the identity body, without decoding a lazily decoded one. */

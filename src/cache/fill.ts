@@ -21,7 +21,8 @@ export interface FillStore {
   backfill(key: string, entry: CacheEntry): void;
 }
 
-export type Fetched<R> = { readonly kind: 'entry'; readonly entry: CacheEntry } | { readonly kind: 'other'; readonly value: R };
+/** `keep: false`: an entry answered but not stored (it does not belong under the job's key). */
+export type Fetched<R> = { readonly kind: 'entry'; readonly entry: CacheEntry; readonly keep?: false } | { readonly kind: 'other'; readonly value: R };
 
 /**
  * `storedEarlier`: the entry another replica had already stored when this one claimed the fill
@@ -102,7 +103,7 @@ export class Filler<R> {
     const fetched = await job.fetch();
     if (fetched.kind === 'other') return fetched;
     const entry = fetched.entry;
-    const stored = bodyLengthOf(entry) <= this.o.maxEntryBytes;
+    const stored = fetched.keep !== false && bodyLengthOf(entry) <= this.o.maxEntryBytes;
     // The write to every tier; the lock (if this fill holds it) is released once it landed.
     if (stored) share(this.o.store.set(job.key, entry, job.budget));
     return { kind: 'entry', entry, stored };

@@ -9,9 +9,9 @@
  *   next request for it is answered higher up; an entry a fill stored in memory meanwhile is
  *   newer and wins.
  * - `set` writes memory at once and the lower tiers in the background (with the gzip variant,
- *   the form Redis stores): the response never waits for them. The gzip variant is made from
- *   the fill on, with or without Redis, so that a client sees one ETag per representation from
- *   its first answer (`gzipVariant`).
+ *   the form Redis stores): the response never waits for them. The gzip variant is made at the
+ *   fill when Redis stores it, else when a gzip client first asks (and waits for it), so that a
+ *   client sees one ETag per representation from its first answer (`gzipVariant`).
  * - Invalidations (a tag or a key) drop in every tier, then go out on the bus; what other
  *   replicas publish is applied to the process-private tiers (those with `clear`), and a bus
  *   that may have lost messages makes them forget everything.
@@ -116,20 +116,28 @@ export class TieredCache {
     return this.#getFrom(1, key, now, budget);
   }
 
+  /** What memory holds for `key`, not counted as a use (lru-cache's `peek`); the lower tiers are not asked. */
+  peekMemory(key: string): CacheEntry | undefined {
+    return this.memory.peek(key);
+  }
+
   /**
    * Memory is written before this returns; the returned promise is the lower tiers' writes,
    * which never reject: callers may ignore it (fire-and-forget) or await it (tests, shutdown).
    */
   set(key: string, entry: CacheEntry, budget?: SharedTierBudget): Promise<void> {
     this.memory.set(key, entry);
-    // The gzip variant is started at once (on the libuv pool), with or without lower tiers:
-    // they store it, and memory has it by the next hit.
-    const variant = this.gzipVariant(key, entry);
-    return this.#lower.length > 0 ? this.#share(key, variant, budget) : Promise.resolve();
+    // Lower tiers store the gzip variant, so it is made at once (codec.ts withGzipVariant) and
+    // memory has it by the next hit. Memory only, it is made when a client that accepts gzip first
+    // asks for the entry (pipeline.ts #finish waits for it, so that client's first answer carries
+    // the ETag of every later one): compressing a 90 KB answer costs more CPU than the rest of a
+    // miss, wasted where no client asks for gzip (SDKs, CI agents).
+    if (this.#lower.length === 0) return Promise.resolve();
+    return this.#share(key, this.gzipVariant(key, entry), budget);
   }
 
   /**
-   * The entry under `key` with its gzip variant, made once per entry (compressed on the libuv
+   * The entry under `key` with its gzip variant, made once per entry (codec.ts: compressed at once or on the libuv
    * pool) and swapped into memory if the entry is still the one there. Never rejects: an entry
    * zlib could not compress stays identity only, for every client alike.
    */

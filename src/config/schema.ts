@@ -175,14 +175,14 @@ export const ConfigSchema = section({
       default: [...DEFAULT_STORED_HEADERS],
     }),
     staleIfErrorMs: durationMs(0, 24 * 3_600_000),
-    // Refresh-ahead (read-through.ts): a fresh entry read in its last part of freshness is refreshed before it expires.
+    // Refresh-ahead (refresh-ahead.ts): a fresh entry read in its last part of freshness is refreshed, timed to land just before it expires.
     refreshAhead: section({
       enabled: boolean(true),
       startAt: Type.Number({
         exclusiveMinimum: 0,
         exclusiveMaximum: 1,
         default: 0.75,
-        allowed: 'a fraction above 0 and below 1, e.g. 0.75 (the share of freshness elapsed when a read may start a refresh)',
+        allowed: 'a fraction above 0 and below 1, e.g. 0.75 (the share of freshness elapsed from which a read marks an answer as polled)',
       }),
     }),
     freshness: section({

@@ -73,14 +73,15 @@ async function injectFaults(state: EmulatorState, request: FastifyRequest, reply
 
 /**
  * The instance's CORS (the control plane's `cors` option): an allowed origin is reflected with
- * `Vary: Origin` on every answer, and a preflight (OPTIONS with Access-Control-Request-Method)
- * is answered here; answers true when it was a preflight.
+ * `Vary: Origin` on every answer, or (`any_origin`) every request answered
+ * `Access-Control-Allow-Origin: *` without Vary; a preflight (OPTIONS with
+ * Access-Control-Request-Method) is answered here; answers true when it was a preflight.
  */
 function answerCors(state: EmulatorState, request: FastifyRequest, reply: FastifyReply): boolean {
   if (!state.faults.corsEnabled()) return false;
   const origin = request.headers.origin;
   const cors = state.faults.corsHeaders(origin);
-  reply.header('vary', 'Origin');
+  if (state.faults.corsVaries()) reply.header('vary', 'Origin');
   if (cors !== undefined) reply.headers(cors);
   if (request.method !== 'OPTIONS' || request.headers['access-control-request-method'] === undefined) return false;
   if (cors !== undefined) {

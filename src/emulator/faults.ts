@@ -28,6 +28,11 @@ export const FaultsSchema = Type.Object(
         {
           /** Origins answered with Access-Control-Allow-Origin: <the origin> and Vary: Origin. */
           origins: Type.Array(Type.String({ maxLength: 200 }), { maxItems: 20 }),
+          /**
+           * Every origin answered `Access-Control-Allow-Origin: *`, without Vary (an instance whose
+           * answers do not depend on the Origin; no credentials mode); `origins` is then unused.
+           */
+          any_origin: Type.Optional(Type.Boolean()),
           /** Access-Control-Expose-Headers of the answers, e.g. "ETag, Cache-Status". */
           expose_headers: Type.Optional(Type.String({ maxLength: 200, pattern: '^[A-Za-z0-9, -]*$' })),
         },
@@ -74,18 +79,31 @@ export class FaultInjector {
     return this.faults;
   }
 
-  /** The CORS headers for a request from `origin`, or none when CORS is off or the origin is not allowed. */
+  /**
+   * The CORS headers for a request from `origin`, or none when CORS is off or the origin is not
+   * allowed: `*` for every request (`any_origin`), else an allowed origin reflected with `Vary: Origin`.
+   */
   corsHeaders(origin: string | undefined): Record<string, string> | undefined {
     const cors = this.faults.cors;
+    if (cors?.any_origin === true) {
+      const any: Record<string, string> = { 'access-control-allow-origin': '*' };
+      if (cors.expose_headers) any['access-control-expose-headers'] = cors.expose_headers;
+      return any;
+    }
     if (cors === undefined || origin === undefined || !cors.origins.includes(origin)) return undefined;
     const headers: Record<string, string> = { 'access-control-allow-origin': origin, 'access-control-allow-credentials': 'true', vary: 'Origin' };
     if (cors.expose_headers) headers['access-control-expose-headers'] = cors.expose_headers;
     return headers;
   }
 
-  /** Whether CORS is on at all: every answer then says it varies on Origin, as such an instance does. */
+  /** Whether CORS is on at all. */
   corsEnabled(): boolean {
     return this.faults.cors !== undefined;
+  }
+
+  /** Whether answers depend on the Origin (origins reflected): every answer then says `Vary: Origin`, as such an instance does. */
+  corsVaries(): boolean {
+    return this.faults.cors !== undefined && this.faults.cors.any_origin !== true;
   }
 
   delayMs(): number {

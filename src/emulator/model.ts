@@ -50,7 +50,8 @@ export interface User extends Stamped {
   readonly time_format: string | null;
   readonly role_id: number;
   groups: number[];
-  readonly is_admin: boolean;
+  /** Changed only by the `set_admin` mutation (an admin demoted, or a user promoted). */
+  is_admin: boolean;
 }
 
 export interface Role extends Stamped {

@@ -186,6 +186,20 @@ for (const deny of [true, false]) {
 }
 
 /**
+ * A user made a site admin, or demoted (`is_admin: false`): from the next request, admin-only
+ * operations answer them 403 and their projects are their memberships alone (an admin sees every
+ * project). Their tokens keep working.
+ */
+mutation('set_admin', { user_id: Id, is_admin: Type.Boolean() }, (state, body) => {
+  const user = mustFind(state.data.users, body, 'user_id');
+  const at = state.clock.tick();
+  Object.assign(user, { is_admin: body.is_admin, updated_at: at, updated_by: ADMIN_USER_ID });
+  state.memo.forget('user', user.id);
+  const token = state.data.callers.find((c) => c.userId === user.id)?.token;
+  return state.describeUser(user.id, token);
+});
+
+/**
  * The POST body. `op` is checked first (as an enum: an unknown op is answered with the known ones),
  * then picks its branch (ajv's discriminator), so an error names that op's field, not every op's.
  */

@@ -53,6 +53,12 @@ export class AccessLog {
   readonly #logger: Logger;
   readonly #stream: Destination | undefined;
   readonly #bindings: string;
+  /** The line's start up to the request id, for the millisecond `#time`: lines of one millisecond share it. */
+  #time = -1;
+  #head = '';
+  /** The last User-Agent seen and its JSON (cut, escaped): a client sends the same one on every request. */
+  #userAgent = '';
+  #userAgentJson = '""';
 
   constructor(logger: Logger) {
     this.#logger = logger;
@@ -72,11 +78,18 @@ export class AccessLog {
 
   write(f: AccessFields, time: number): void {
     if (this.#stream === undefined) {
-      const userAgent = f.userAgent !== undefined && f.userAgent.length > MAX_USER_AGENT_CHARS ? f.userAgent.slice(0, MAX_USER_AGENT_CHARS) : f.userAgent;
-      this.#logger.info({ ...f, userAgent }, 'access');
+      this.#logger.info({ ...f, userAgent: f.userAgent === undefined ? undefined : cut(f.userAgent) }, 'access');
       return;
     }
-    let line = `{"level":30,"time":${time}${this.#bindings},"reqId":${str(f.reqId)},"method":${str(f.method)},"op":${str(f.op)},"path":${str(f.path)},"status":${f.status},"ms":${f.ms},"outcome":"${f.outcome}"`;
+    if (time !== this.#time) {
+      this.#time = time;
+      this.#head = `{"level":30,"time":${time}${this.#bindings},"reqId":`;
+    }
+    // Not escaped, as they cannot need it: the method is one node's HTTP parser knows (a token of
+    // capitals), the operation a catalogue name, the outcome, tier and scope names of this code,
+    // the client address the kernel's. Whatever a client chose (request id, path, User-Agent,
+    // refused parameters) is escaped.
+    let line = `${this.#head}${str(f.reqId)},"method":"${f.method}","op":"${f.op}","path":${str(f.path)},"status":${f.status},"ms":${f.ms},"outcome":"${f.outcome}"`;
     if (f.tier !== undefined) line += `,"tier":"${f.tier}"`;
     if (f.scope !== undefined) line += `,"scope":"${f.scope}"`;
     if (f.detail !== undefined) line += `,"detail":${str(f.detail)}`;
@@ -86,9 +99,16 @@ export class AccessLog {
     if (f.bytes !== undefined) line += `,"bytes":${f.bytes}`;
     if (f.aborted) line += ',"aborted":true';
     if (f.refused !== undefined) line += `,"refused":${str(f.refused)}`;
-    if (f.client !== undefined) line += `,"client":${str(f.client)}`;
-    if (f.userAgent !== undefined)
-      line += `,"userAgent":${str(f.userAgent.length > MAX_USER_AGENT_CHARS ? f.userAgent.slice(0, MAX_USER_AGENT_CHARS) : f.userAgent)}`;
+    if (f.client !== undefined) line += `,"client":"${f.client}"`;
+    if (f.userAgent !== undefined) {
+      if (f.userAgent !== this.#userAgent) {
+        this.#userAgent = f.userAgent;
+        this.#userAgentJson = str(cut(f.userAgent));
+      }
+      line += `,"userAgent":${this.#userAgentJson}`;
+    }
     this.#stream.write(`${line},"msg":"access"}\n`);
   }
 }
+
+const cut = (userAgent: string): string => (userAgent.length > MAX_USER_AGENT_CHARS ? userAgent.slice(0, MAX_USER_AGENT_CHARS) : userAgent);

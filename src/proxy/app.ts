@@ -32,11 +32,13 @@ import { forwardOnly } from './passthrough/forwarding.js';
 import { passthroughRequestLogger, registerPassthrough } from './passthrough/proxy.js';
 import { exchangeOf } from './exchange.js';
 import { keysOnOrigin } from './decide.js';
+import { OriginKeying } from './origin-keying.js';
 import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache, type SharingEvents } from './read-through.js';
 import { AreaGrants } from './callers/access-grants.js';
 import type { SharedTierBudget } from '../cache/budget.js';
 import { RetryAfterGate } from './callers/retry-after.js';
+import { Refreshers } from './callers/refreshers.js';
 import { RouteMemo } from './route-memo.js';
 import type { MemoFigures } from '../ops/metrics.js';
 
@@ -151,6 +153,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
     },
   });
   app.addHook('onClose', async () => {
+    parts?.readThrough.close();
     await deps.upstream.close();
   });
   return {
@@ -166,9 +169,10 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
   };
 }
 
-/** The pipeline and the parts of it a reload reconfigures. */
+/** The pipeline, the parts of it a reload reconfigures, and the read-through (closed with the app: its refreshes ahead cancelled). */
 interface PipelineParts {
   readonly pipeline: Pipeline;
+  readonly readThrough: ReadThrough;
   readonly gate: RetryAfterGate;
   readonly identity: IdentityResolver;
   readonly projects: ProjectAccess;
@@ -197,12 +201,27 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     now,
   });
   const projects = new ProjectAccess({ confirmMs: config.access.projectConfirmMs, upstream: deps.upstream, shared: deps.shared, now });
+  // Sharing by project: the members whose credentials a shared entry's refresh may be asked under (refreshers.ts).
+  const refreshers =
+    config.cache.sharing === 'project'
+      ? new Refreshers({
+          proofs: {
+            isLive: (credential, t) => identity.isLive(credential, t),
+            confirmedUntil: (userId, projectId) => projects.confirmedUntil(userId, projectId),
+            grantedUntil: (userId, projectId, mask) => grants.grantedUntil(userId, projectId, mask),
+          },
+          seenWithinMs: () => identity.ttlMs,
+        })
+      : undefined;
   const grants = new AreaGrants({
     ttlMs: config.access.grantTtlMs,
     shared: deps.shared,
     bus: deps.bus,
     now,
-    onRefused: (userId, projectId, where) => projects.forget(userId, projectId, where),
+    onRefused: (userId, projectId, where) => {
+      projects.forget(userId, projectId, where);
+      refreshers?.drop(userId, projectId);
+    },
   });
   const access = new AccessRules({
     markAdmin: (caller) => identity.markAdmin(caller),
@@ -212,14 +231,19 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     dropUserProject: (caller, projectId) => void deps.cache.invalidateTag(userProjectTag(caller.scope, projectId)),
     refuseMember: (caller, projectId) => grants.refuse(caller.userId, projectId, now()),
   });
+  // Whether a browser's Origin splits an operation's entries, learned from the instance's answers.
+  const originKeying = keysOnOrigin(config.cache.storedHeaders) ? new OriginKeying() : undefined;
   const readThrough = new ReadThrough({
     cache: deps.cache,
+    originKeying,
     upstream: deps.upstream,
     policy,
     access,
     projects,
     grants,
     sharing: deps.sharing,
+    refreshers,
+    renewIdentity: (authorization, caller, askedAt, budget) => identity.renew(authorization, caller, askedAt, budget),
     placeFromShared: config.cache.sharing === 'project' && deps.shared ? placeFromShared(deps.shared, policy) : undefined,
     staleOnOutage: config.identity.staleOnOutage,
     gate,
@@ -245,7 +269,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     readThrough,
     cache: deps.cache,
     honorNoCache: config.cache.honorClientNoCache,
-    keyOnOrigin: keysOnOrigin(config.cache.storedHeaders),
+    originKeying,
     sharing: config.cache.sharing,
     projectOfResource: (tag: string) => policy.projectOfResource(tag),
     strict: config.cache.strict,
@@ -253,7 +277,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     logger: deps.logger,
     recorder: deps.recorder,
   };
-  return { pipeline: new Pipeline(options, forward), gate, identity, projects, grants };
+  return { pipeline: new Pipeline(options, forward), readThrough, gate, identity, projects, grants };
 }
 
 /** Where replicas share what the instance said of a resource's project (`run:7` → 4), and for how long. */

@@ -35,6 +35,7 @@ import type { Sharing } from '../config/schema.js';
 import { wantsRevalidation } from './respond/headers.js';
 import { keyFor, type CacheableRoute, type Placement, type RouteInfo } from './route-memo.js';
 import type { Caller } from './callers/caller.js';
+import { ANY_ORIGIN_SEGMENT, type OriginKeying } from './origin-keying.js';
 
 /**
  * What, besides freshness, must hold before a caller is served an entry:
@@ -59,7 +60,7 @@ export interface Decision extends SharedTierBudget {
   readonly fillKey: string;
   readonly mayRead: boolean;
   readonly noCache: boolean;
-  /** The browser's Origin, when it is part of the key (`keysOnOrigin`): the fill asks the instance with it. */
+  /** The browser's Origin, when the key names it (`keysOnOrigin`, origin-keying.ts): the fill asks the instance with it. */
   readonly origin?: string | undefined;
   readonly ownKey: string;
   readonly projectId: number;
@@ -73,8 +74,12 @@ export interface Decision extends SharedTierBudget {
 export interface DecideOptions {
   /** `cache.honorClientNoCache`. */
   readonly honorNoCache: boolean;
-  /** A request's Origin is part of its key (entries keep Access-Control-Allow-Origin: `keysOnOrigin`). */
-  readonly keyOnOrigin?: boolean;
+  /**
+   * Entries keep Access-Control-Allow-Origin (`keysOnOrigin`): a request's Origin is part of its
+   * key, one per origin or one for every origin as learned per operation (origin-keying.ts).
+   * Undefined: no Origin is ever keyed.
+   */
+  readonly originKeying?: OriginKeying | undefined;
   /** Is the caller a verified site admin at `t`? */
   readonly isVerifiedAdmin: (caller: Caller, t: number) => boolean;
   /** `cache.sharing` */
@@ -122,9 +127,11 @@ export function decide(
   }
   let origin: string | undefined;
   let originPart = '';
-  if (o.keyOnOrigin && headers.origin !== undefined) {
+  // Requests without an Origin (SDKs, CI, same-origin pages: nearly all) pay one property read.
+  if (headers.origin !== undefined && o.originKeying !== undefined) {
     origin = SERIALIZED_ORIGIN.test(headers.origin) ? headers.origin : undefined;
-    originPart = originSegment(origin);
+    // A malformed Origin keeps its own entries (asked for without an Origin: no CORS headers).
+    originPart = origin !== undefined && o.originKeying.sharesOrigins(canonical.op.id) ? ANY_ORIGIN_SEGMENT : originSegment(origin);
     key += originPart;
     fillKey += originPart;
   }
@@ -151,11 +158,12 @@ export function decide(
 }
 
 /**
- * Whether a browser's Origin must be part of the key: when entries keep the instance's
- * Access-Control-Allow-Origin, an answer filled for one origin names that origin (an instance
+ * Whether a browser's Origin may need to be part of the key: when entries keep the instance's
+ * Access-Control-Allow-Origin, an answer filled for one origin may name that origin (an instance
  * that reflects the Origin answers `Vary: Origin`), and served to another a browser refuses it.
- * Only requests that carry an Origin (browsers, cross-origin) are keyed on it: an SDK, a CI job
- * or a same-origin page send none and share one entry as before.
+ * Which operations do is learned from the instance's answers (origin-keying.ts). Only requests
+ * that carry an Origin (browsers, cross-origin) are keyed on it: an SDK, a CI job or a
+ * same-origin page send none and share one entry as before.
  */
 export function keysOnOrigin(storedHeaders: readonly string[]): boolean {
   return storedHeaders.includes('access-control-allow-origin');

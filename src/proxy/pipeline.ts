@@ -33,6 +33,7 @@ import type { CacheOutcome } from '../cache/outcome.js';
 import { pathOf, type ForwardKind, type Recorder } from '../ops/recorder.js';
 import { toUpstreamError } from '../upstream/client.js';
 import { decide, lapsedKey, type DecideOptions } from './decide.js';
+import type { OriginKeying } from './origin-keying.js';
 import { waitsForGzipVariant } from './respond/encoding.js';
 import { carry, Exchange } from './exchange.js';
 import { cacheStatus } from './respond/headers.js';
@@ -69,8 +70,8 @@ export interface PipelineOptions {
   readonly cache: { gzipVariant(key: string, entry: CacheEntry): Promise<CacheEntry> };
   /** `cache.honorClientNoCache` */
   readonly honorNoCache: boolean;
-  /** Entries keep the instance's Access-Control-Allow-Origin: a browser's Origin is part of their key (decide.ts). */
-  readonly keyOnOrigin: boolean;
+  /** Entries keep the instance's Access-Control-Allow-Origin: a browser's Origin is part of their key as learned (origin-keying.ts); else undefined. */
+  readonly originKeying: OriginKeying | undefined;
   /** `cache.sharing`, and what the instance said of resources' projects (decide.ts). */
   readonly sharing: DecideOptions['sharing'];
   readonly projectOfResource: DecideOptions['projectOfResource'];
@@ -95,7 +96,7 @@ export class Pipeline {
     this.#recorder = options.recorder;
     this.#decideOptions = {
       honorNoCache: options.honorNoCache,
-      keyOnOrigin: options.keyOnOrigin,
+      originKeying: options.originKeying,
       isVerifiedAdmin: (c, t) => options.identity.isVerifiedAdmin(c, t),
       sharing: options.sharing,
       projectOfResource: options.projectOfResource,

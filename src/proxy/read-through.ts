@@ -3,7 +3,7 @@
  * asked in order (memory answers synchronously), `judge` (judge.ts) names the verdict on what
  * they hold, and `#act` carries it out, one case each:
  *
- *   fresh ─▶ hit (in its last part of freshness: refreshed ahead, in the background)
+ *   fresh ─▶ hit (in its last part of freshness: its refresh scheduled to land before it expires)
  *   stale-while-revalidate ─▶ served, refreshed in the background (coalesced)
  *   confirm-access (access-confirmation.ts, async) ── confirmed ─▶ judged again
  *        └ refused ─▶ the user's entries of the project dropped; judged again with nothing held
@@ -25,7 +25,7 @@
  */
 import { makePath } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
-import { isDueForRefreshAhead, isUsableOnError, type CacheEntry } from '../cache/entry.js';
+import { isFresh, isUsableOnError, type CacheEntry } from '../cache/entry.js';
 import type { CoalescedRun } from '../cache/coalesce.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
@@ -34,12 +34,16 @@ import { answerFailure, classifyAnswer } from '../upstream/answer.js';
 import { UPSTREAM_HEADERS, toUpstreamError, type BudgetPriority, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './callers/access.js';
 import { projectOf, type ProjectAccess } from './callers/access-confirmation.js';
-import type { AreaGrants } from './callers/access-grants.js';
+import { operationAreaMask, type AreaGrants } from './callers/access-grants.js';
+import type { Caller } from './callers/caller.js';
+import type { Credential, Refreshers } from './callers/refreshers.js';
 import { ownerOf, type Decision } from './decide.js';
 import { judge, type FillVerdict, type Found, type Occasion } from './judge.js';
+import { RefreshAhead } from './refresh-ahead.js';
 import type { RetryAfterGate } from './callers/retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './respond/served.js';
 import { isStorable, makeEntry } from './storable.js';
+import { ANY_ORIGIN_SEGMENT, type OriginKeying } from './origin-keying.js';
 
 export type { Found } from './judge.js';
 
@@ -47,6 +51,8 @@ export type { Found } from './judge.js';
 export interface ReadCache extends FillStore {
   /** Synchronous when the first tier answers; a promise when a lower tier must be asked. */
   get(key: string, now?: number, budget?: SharedTierBudget): Found | undefined | Promise<Found | undefined>;
+  /** What this replica's memory holds for `key`, not counted as a use (refresh-ahead: is it still the answer scheduled?). */
+  peekMemory(key: string): CacheEntry | undefined;
   delete(key: string): Promise<void>;
 }
 
@@ -74,6 +80,10 @@ export interface ReadThroughOptions {
   readonly grants: AreaGrants;
   /** What sharing by project did, for the metrics and the status page. */
   readonly sharing?: SharingEvents | undefined;
+  /** Whose credential a background refresh of a project's shared entry is asked under (`cache.sharing: project`). */
+  readonly refreshers?: Refreshers | undefined;
+  /** A JSON 200 to a request asked with a credential at `askedAt`: its identity is renewed from then (identity.ts `renew`). */
+  readonly renewIdentity?: ((authorization: string, caller: Caller, askedAt: number, budget?: SharedTierBudget) => void) | undefined;
   /** Asks the shared store once for the project of a resource whose answers are not placed yet (`cache.sharing: project`). */
   readonly placeFromShared?: ((tag: string, budget: SharedTierBudget) => Promise<void>) | undefined;
   /** `identity.staleOnOutage`: may a caller whose confirmation lapsed be served stale while the instance fails? */
@@ -85,10 +95,13 @@ export interface ReadThroughOptions {
   readonly maxEntryBytes: number;
   readonly now: () => number;
   readonly onBackgroundError: (err: unknown, key: string) => void;
+  /** Learns from answers asked with an Origin whether an operation's answers vary on it (origin-keying.ts). */
+  readonly originKeying?: OriginKeying | undefined;
   /**
-   * Refresh-ahead (`cache.refreshAhead`): the share of freshness elapsed after which a fresh hit
-   * starts a background refresh; undefined: off. `mayRefreshAhead`: false while the fleet's budget
-   * is paused, so that no read then even claims a fill lock for a refresh that cannot be sent.
+   * Refresh-ahead (`cache.refreshAhead`, refresh-ahead.ts): the share of freshness elapsed from
+   * which a fresh hit marks the entry as polled and schedules its refresh; undefined: off.
+   * `mayRefreshAhead`: false while the fleet's budget is paused, so that no refresh then even
+   * claims a fill lock for a request that cannot be sent.
    */
   readonly refreshAheadStartAt?: number | undefined;
   readonly mayRefreshAhead?: (() => boolean) | undefined;
@@ -106,8 +119,8 @@ export interface SharingEvents {
 
 export class ReadThrough {
   readonly #filler: Filler<Unstored>;
-  /** Entries whose refresh-ahead was started: at most one upstream request per key per freshness period. */
-  readonly #refreshedAhead = new WeakSet<CacheEntry>();
+  /** Refresh-ahead, when on: at most one upstream request per key per freshness period. */
+  readonly #ahead: RefreshAhead | undefined;
 
   constructor(private readonly o: ReadThroughOptions) {
     this.#filler = new Filler<Unstored>({
@@ -117,6 +130,12 @@ export class ReadThrough {
       lockWaitMs: o.lockWaitMs,
       maxEntryBytes: o.maxEntryBytes,
     });
+    this.#ahead = o.refreshAheadStartAt === undefined ? undefined : this.#refreshAhead(o.refreshAheadStartAt);
+  }
+
+  /** Cancels the refreshes scheduled ahead (the app is closing). */
+  close(): void {
+    this.#ahead?.close();
   }
 
   serve(d: Decision, now: number): Served | Promise<Served> {
@@ -139,13 +158,16 @@ export class ReadThrough {
     const verdict = judge(d, found, now, this.o, occasion);
     switch (verdict.kind) {
       case 'fresh': {
-        // Refresh-ahead: one comparison on the common hit, no allocation (entry.ts isDueForRefreshAhead).
-        const startAt = this.o.refreshAheadStartAt;
-        if (startAt !== undefined && isDueForRefreshAhead(found!.entry, now, startAt)) this.#refreshAhead(d, found!.entry);
-        if (d.gate === 'member') this.o.sharing?.sharedHit(d.caller.userId, found!.entry);
+        // Refresh-ahead (refresh-ahead.ts hit): one comparison on the common hit, no allocation.
+        this.#ahead?.hit(d, found!.entry, now);
+        if (d.gate === 'member') {
+          this.o.sharing?.sharedHit(d.caller.userId, found!.entry);
+          this.o.refreshers?.seen(d.projectId, d.caller, d.authorization, now);
+        }
         return { kind: 'entry', entry: found!.entry, outcome: HIT[found!.tier] };
       }
       case 'stale-while-revalidate':
+        if (d.gate === 'member') this.o.refreshers?.seen(d.projectId, d.caller, d.authorization, now);
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
         if (!this.#filler.isRunning(d.fillKey))
           this.#filler.run(this.#job(d, 'fill', 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
@@ -157,8 +179,7 @@ export class ReadThrough {
       case 'find-grants':
         return this.#findGrantsThenServe(d, found!);
       case 'fill-own':
-        this.o.sharing?.grantFill();
-        return this.#fillAndServe(d, found, now, verdict.kind);
+        return this.#ownOrFill(d, found, now);
       case 'fill':
       case 'fill-from-instance':
       case 'fill-unconfirmed':
@@ -168,27 +189,57 @@ export class ReadThrough {
   }
 
   /**
-   * A fresh entry read in its last part of freshness (being polled): refreshed now, in the
-   * background, at the budget's lowest priority (`ahead`: skipped, never queued, without a token
-   * at hand), coalesced with any fill of the key. Once per entry: a refresh that got its token
-   * replaces the entry (a new freshness period); one skipped for want of a token may be tried
-   * again by a later read. A key nobody reads is never refreshed. Filled from the instance
-   * (`fill-from-instance`): the entry held is still fresh, so the cross-replica lock must not
-   * answer with it (fill.ts); another replica's refresh under way is waited for all the same.
+   * Refresh-ahead (refresh-ahead.ts) over this read-through: a refresh is a fill at the budget's
+   * lowest priority (`ahead`: skipped, never queued, without a token at hand), coalesced with any
+   * fill of the key. Filled from the instance (`fill-from-instance`): the entry held is still
+   * fresh, so the cross-replica lock must not answer with it (fill.ts); another replica's refresh
+   * under way is waited for all the same.
    */
-  #refreshAhead(d: Decision, entry: CacheEntry): void {
-    if (this.#refreshedAhead.has(entry) || this.#filler.isRunning(d.fillKey)) return;
-    if (this.o.mayRefreshAhead?.() === false) return;
-    this.#refreshedAhead.add(entry);
-    this.#filler.run(this.#job(d, 'fill-from-instance', 'ahead')).promise.catch((err: unknown) => {
-      if (toUpstreamError(err).code === 'budget-spent') this.#refreshedAhead.delete(entry);
-      else this.o.onBackgroundError(err, d.key);
+  #refreshAhead(startAt: number): RefreshAhead {
+    return new RefreshAhead({
+      startAt,
+      held: (key) => this.o.cache.peekMemory(key),
+      mayStart: (d) => !this.#filler.isRunning(d.fillKey) && this.o.mayRefreshAhead?.() !== false,
+      refresh: (d) => this.#filler.run(this.#job(d, 'fill-from-instance', 'ahead')).promise,
+      now: this.o.now,
+      failed: (err, key) => {
+        if (toUpstreamError(err).code === 'budget-spent') return true;
+        this.o.onBackgroundError(err, key);
+        return false;
+      },
     });
   }
 
   /** A background refresh that failed; one the budget had no token for is no error (the stale entry served meanwhile is marked). */
   #backgroundFailed(err: unknown, key: string): void {
     if (toUpstreamError(err).code !== 'budget-spent') this.o.onBackgroundError(err, key);
+  }
+
+  /**
+   * A member without proof for a project's shared answer: filled under their own token, which
+   * earns the operation's grant and refreshes the shared entry. But a question that expands an
+   * area they hold no grant for can never be proven that way (a 200 to it is not taken as proof of
+   * the expanded area): it is answered in their own scope, as in `user` mode, from their own
+   * entry while it is fresh and their access to the project confirmed, else by a fill kept there.
+   */
+  #ownOrFill(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
+    const extra = d.areas & ~operationAreaMask(d.canonical);
+    if (extra === 0 || d.ownKey === d.key || this.o.grants.isGranted(d.caller.userId, d.projectId, extra, now)) {
+      this.o.sharing?.grantFill();
+      return this.#fillAndServe(d, found, now, 'fill-own');
+    }
+    // From here the request is the caller's own, as in user mode: Cache-Status, the access log and the fill say so.
+    (d as { gate: Decision['gate'] }).gate = 'project';
+    const own = this.o.cache.get(d.ownKey, now, d);
+    if (own instanceof Promise) return own.then((f) => this.#ownOrOwnFill(d, f, this.o.now()));
+    return this.#ownOrOwnFill(d, own, now);
+  }
+
+  #ownOrOwnFill(d: Decision, own: Found | undefined, now: number): Served | Promise<Served> {
+    if (own !== undefined && !d.noCache && isFresh(own.entry, now) && this.o.projects.isConfirmed(d.caller.userId, d.projectId, now)) {
+      return { kind: 'entry', entry: own.entry, outcome: HIT[own.tier] };
+    }
+    return this.#fillAndServe(d, undefined, now, 'fill-own');
   }
 
   /** A member's grants this replica lacks, looked up in the shared store (another replica earned them); then judged again. */
@@ -251,6 +302,8 @@ export class ReadThrough {
       if (toUpstreamError(err).code === 'queue-full') return this.#filler.runAlone(job);
       throw err;
     }
+    // Another origin's answer, coalesced on every origin's entry when the instance began to vary on the Origin: asked for this one.
+    if (result.kind === 'entry' && d.origin !== undefined && namesAnotherOrigin(result.entry, d.origin)) return this.#filler.runAlone(job);
     if (result.kind === 'other' && result.value.credentialId !== d.caller.credentialId) {
       const status = result.value.response.status;
       // A project's shared answer refused to another member (404: they lost the project) says nothing of this one.
@@ -291,43 +344,89 @@ export class ReadThrough {
     return usable ? staleOnError(found, upstreamStatus) : upstreamFailure(err, upstreamStatus);
   }
 
-  /** The fill of one decided request: ask upstream with the caller's credential, keep what is storable. */
+  /**
+   * The fill of one decided request: ask upstream, keep what is storable. A request's own fill is
+   * asked under the caller's credential; a background refresh under the one `#refreshCredential`
+   * chooses. A 200 renews the proofs of whoever's credential got it: their identity, their
+   * confirmation of the project the answer reveals, their grant for the operation's area.
+   */
   #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client'): FillJob<Unstored> {
-    const access = this.o.access;
-    const answered = answeredRequest(d);
     // A member without proof coalesces only with their own requests, and never waits on another replica's fill.
     const own = how === 'fill-own';
     return {
-      key: d.key,
+      // A member's fill kept in their own scope (#ownOrFill): stored there.
+      key: own && d.gate !== 'member' ? d.ownKey : d.key,
       fillKey: own ? d.ownKey : d.fillKey,
       shareable: d.mayRead && !own,
       acceptStored: how === 'fill',
       budget: d,
       fetch: async (): Promise<Fetched<Unstored>> => {
-        const path = makePath(d.canonical.op, d.canonical.ids) + (d.canonical.query === '' ? '' : `?${d.canonical.query}`);
         const askedAt = this.o.now();
-        const started = performance.now();
-        // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
-        const headers =
-          d.origin === undefined
-            ? { authorization: d.authorization, ...UPSTREAM_HEADERS }
-            : { authorization: d.authorization, origin: d.origin, ...UPSTREAM_HEADERS };
-        const res = await this.o.upstream.get(path, headers, d.caller.userId, priority);
-        d.upstreamMs = performance.now() - started;
-        // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
-        if (classifyAnswer(res) !== 'not-json') access.afterFill(answered, res.status);
-        if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: d.caller.credentialId } };
-        const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d));
-        // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
-        const projectId = d.gate === 'member' ? d.projectId : d.gate === 'project' ? projectOf(entry) : undefined;
-        if (projectId !== undefined) this.o.projects.renew(d.caller.userId, projectId, askedAt, d);
-        // And of the operation's area, under their own credential: the grant (access-grants.ts).
-        const area = d.canonical.op.area;
-        if (d.gate === 'member' && area !== null) this.o.grants.earn(d.caller.userId, d.projectId, area, askedAt, d);
-        if (d.gate === 'member') this.o.sharing?.stored(d.caller.userId, entry);
-        return { kind: 'entry', entry };
+        const who = priority === 'client' ? d : this.#refreshCredential(d, askedAt);
+        try {
+          return await this.#fetch(d, who, askedAt, priority);
+        } finally {
+          if (who !== d) this.o.refreshers!.release(who);
+        }
       },
     };
+  }
+
+  /**
+   * Whose credential a background refresh (stale-while-revalidate, refresh-ahead) of `d`'s entry
+   * is asked under. A project's shared entry: the member who may read it whose proof expires
+   * soonest (refreshers.ts), so that the refresh renews it; nobody qualifying, or any other entry:
+   * the reader's own (who was just served it).
+   */
+  #refreshCredential(d: Decision, now: number): Credential {
+    if (d.gate !== 'member' || this.o.refreshers === undefined) return d;
+    return this.o.refreshers.choose(d.projectId, d.areas, now) ?? d;
+  }
+
+  async #fetch(d: Decision, who: Credential, askedAt: number, priority: BudgetPriority): Promise<Fetched<Unstored>> {
+    const access = this.o.access;
+    const caller = who.caller;
+    const answered = answeredRequest(d, who);
+    const path = makePath(d.canonical.op, d.canonical.ids) + (d.canonical.query === '' ? '' : `?${d.canonical.query}`);
+    const started = performance.now();
+    // The caller's own share of the fill lanes (fair-lane.ts): a flood of theirs is refused to them alone.
+    const headers =
+      d.origin === undefined
+        ? { authorization: who.authorization, ...UPSTREAM_HEADERS }
+        : { authorization: who.authorization, origin: d.origin, ...UPSTREAM_HEADERS };
+    const res = await this.o.upstream.get(path, headers, caller.userId, priority);
+    d.upstreamMs = performance.now() - started;
+    // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
+    const answer = classifyAnswer(res);
+    if (answer !== 'not-json') access.afterFill(answered, res.status);
+    // The API's answer to a browser's request tells whether the operation varies on the Origin;
+    // one asked for every origin's entry that turns out to vary is relayed, never stored there.
+    const varied = d.origin !== undefined && answer === 'ok' && this.#variesOnOrigin(d, res);
+    // A refresh nobody waits for: what the refusal says of the credential is applied all the same (a 401 forgets it).
+    if (priority !== 'client' && (answer === 'unauthorized' || answer === 'forbidden' || answer === 'not-found')) access.afterRefusal(answered, res.status);
+    if (answer === 'ok') this.o.renewIdentity?.(who.authorization, caller, askedAt, d);
+    if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: caller.credentialId } };
+    const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d));
+    // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
+    const projectId = d.gate === 'member' ? d.projectId : d.gate === 'project' ? projectOf(entry) : undefined;
+    if (projectId !== undefined) this.o.projects.renew(caller.userId, projectId, askedAt, d);
+    if (d.gate === 'member') {
+      // And of the operation's area, under their own credential: the grant (access-grants.ts).
+      const area = d.canonical.op.area;
+      if (area !== null) this.o.grants.earn(caller.userId, d.projectId, area, askedAt, d);
+      // A member who proved it with their own request: a credential refreshes may be asked under.
+      if (who === d) this.o.refreshers?.seen(d.projectId, caller, who.authorization, this.o.now());
+      if (!varied) this.o.sharing?.stored(caller.userId, entry);
+    }
+    return varied ? { kind: 'entry', entry, keep: false } : { kind: 'entry', entry };
+  }
+
+  /** Learns from a browser's answer; true when it was asked for every origin's entry (`|origin=*`) and varies after all. */
+  #variesOnOrigin(d: Decision, res: UpstreamResponse): boolean {
+    const keying = this.o.originKeying;
+    if (keying === undefined) return false;
+    keying.learn(d.canonical.op.id, res);
+    return d.key.endsWith(ANY_ORIGIN_SEGMENT) && !keying.sharesOrigins(d.canonical.op.id);
   }
 
   #afterRefusal(d: Decision, res: UpstreamResponse, found: Found | undefined, now: number, kind: OutcomeKind, standing: Standing): Served {
@@ -360,8 +459,9 @@ function isInstanceFailure(err: UpstreamError): boolean {
   return err.code === 'timeout' || err.code === 'connect' || err.code === 'reset';
 }
 
-function answeredRequest(d: Decision): AnsweredRequest {
-  return { key: d.key, mayRead: d.mayRead, gate: d.gate, caller: d.caller, authorization: d.authorization, projectId: d.projectId };
+/** The request an answer was for, as the access rules see it: asked under `who`'s credential (the caller's own, unless a refresh chose another's). */
+function answeredRequest(d: Decision, who: Credential = d): AnsweredRequest {
+  return { key: d.key, mayRead: d.mayRead, gate: d.gate, caller: who.caller, authorization: who.authorization, projectId: d.projectId };
 }
 
 function staleOnError(found: Found, upstreamStatus?: number): Served {
@@ -387,4 +487,10 @@ function whileRateLimited(stale: Found | undefined, blockedMs: number): Served {
 
 function withHeader(res: UpstreamResponse, name: string, value: string): UpstreamResponse {
   return { ...res, headers: { ...res.headers, [name]: value } };
+}
+
+/** An entry whose Access-Control-Allow-Origin names an origin other than `origin`: never served to it. */
+function namesAnotherOrigin(entry: CacheEntry, origin: string): boolean {
+  const allowed = entry.headers['access-control-allow-origin'];
+  return allowed !== undefined && allowed !== '*' && allowed !== origin;
 }

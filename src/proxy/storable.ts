@@ -17,9 +17,11 @@ import type { FreshnessPolicy } from '../cache/policy.js';
 import { classifyAnswer } from '../upstream/answer.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { projectOfTags, userProjectTag } from './callers/access-confirmation.js';
+import { variesOnAnything, variesOnOrigin } from './origin-keying.js';
 
 export function isStorable(res: UpstreamResponse): boolean {
-  if (classifyAnswer(res) !== 'ok') return false;
+  // `Vary: *`: a stored answer would never match a later request (RFC 9111 §4.1).
+  if (classifyAnswer(res) !== 'ok' || variesOnAnything(res)) return false;
   const coding = res.headers['content-encoding'];
   return coding === undefined || coding === 'identity';
 }
@@ -55,6 +57,7 @@ export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: 
       etag,
       // Answers are per caller: no shared cache downstream may store them (RFC 9111 §5.2.2.7).
       'cache-control': 'private',
+      // The instance's answer depends on the Origin: the cached one says so too, as its key does (origin-keying.ts).
       vary: variesOnOrigin(res) ? 'Authorization, Accept-Encoding, Origin' : 'Authorization, Accept-Encoding',
     },
     body: res.body,
@@ -78,13 +81,6 @@ function keptHeaders(res: UpstreamResponse, names: readonly string[]): Record<st
     if (typeof value === 'string' && FIELD_VALUE.test(value)) kept[name] = value;
   }
   return kept;
-}
-
-/** The instance's answer depends on the Origin (`Vary: Origin` or `*`): the cached one says so too, as its key does (decide.ts). */
-function variesOnOrigin(res: UpstreamResponse): boolean {
-  const vary = res.headers['vary'];
-  const text = Array.isArray(vary) ? vary.join(',') : vary;
-  return text !== undefined && text.split(',').some((token) => /^\s*(?:origin|\*)\s*$/i.test(token));
 }
 
 /**

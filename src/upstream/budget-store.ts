@@ -4,9 +4,12 @@
  * over one Redis key; one contract suite checks both agree (test/upstream/budget-store.test.ts
  * and test/cache/redis-budget-store.test.ts).
  *
- * The bucket (a token bucket, refilled at the rate, holding at most the burst) hands out tokens
- * by leases of a few at a time. Its rate is learned from the instance's 429s (AIMD, as TCP's
- * congestion control, RFC 5681 §3.1):
+ * The bucket (a token bucket, refilled at the rate) hands out tokens by leases of a few at a time.
+ * It holds at most the burst less LEASE_TTL_MS of the rate (`capacityOf`): a leased token may be
+ * spent up to LEASE_TTL_MS after it was handed out, so a window of T may spend what was handed out
+ * over T + LEASE_TTL_MS; that quarter second's worth of the rate is kept out of the bucket, and
+ * the fleet sends at most burst + rate × T in any window of T (fleet-budget.ts, "Accounting").
+ * Its rate is learned from the instance's 429s (AIMD, as TCP's congestion control, RFC 5681 §3.1):
  * - multiplicative decrease: a 429 pauses the bucket for the Retry-After, and it resumes at
  *   DECREASE_FACTOR of the rate it was actually handing out (the instance said no at that rate);
  *   further 429s during the pause only lengthen it (they are echoes of the same excess);
@@ -26,6 +29,11 @@
  * never meet); replies carry durations only.
  */
 
+/**
+ * A leased token not spent within this of being asked for is dropped (ms; fleet-budget.ts): the
+ * lease horizon, which the bucket's capacity leaves room for.
+ */
+export const LEASE_TTL_MS = 250;
 /** The rate a fleet without a configured budget starts from (req/s): low enough for any instance that serves a team. */
 export const LEARN_START_RPS = 5;
 /** The ceiling of a learned rate (req/s): in practice demand bounds it, since it climbs only when demand exceeds it. */
@@ -110,10 +118,14 @@ export interface BucketState {
 const finite = (value: number | undefined): value is number => typeof value === 'number' && Number.isFinite(value);
 const clamp = (value: number, low: number, high: number): number => Math.min(high, Math.max(low, value));
 
-/** The bucket's size at `rateRps`, times `scale` (a replica's share when alone); at least one token. */
-function burstOf(shape: BudgetShape, rateRps: number, scale = 1): number {
-  const full = shape.burst > 0 ? (shape.burst * rateRps) / shape.maxRps : rateRps;
-  return Math.max(1, full * scale);
+/**
+ * What the bucket holds at most at `rateRps`, times `scale` (a replica's share when alone): the
+ * burst at that rate less LEASE_TTL_MS of the rate, which tokens leased before a window may still
+ * add to it; at least one token (a burst under a quarter second of the rate plus one is as large as that).
+ */
+function capacityOf(shape: BudgetShape, rateRps: number, scale = 1): number {
+  const burst = shape.burst > 0 ? (shape.burst * rateRps) / shape.maxRps : rateRps;
+  return Math.max(1, (burst - (rateRps * LEASE_TTL_MS) / 1000) * scale);
 }
 
 /** The additive step given the limit seen: fixed before any 429, a probe after one. */
@@ -126,10 +138,10 @@ export function normalizeState(stored: Partial<BucketState>, shape: BudgetShape,
   const rateRps = finite(stored.rateRps) ? clamp(stored.rateRps, MIN_RPS, shape.maxRps) : Math.min(shape.startRps, shape.maxRps);
   const pauseUntilMs = finite(stored.pauseUntilMs) ? Math.min(stored.pauseUntilMs, now + shape.maxPauseMs) : 0;
   const latest = Math.max(now, pauseUntilMs);
-  const burst = burstOf(shape, rateRps, scale);
+  const capacity = capacityOf(shape, rateRps, scale);
   const windowStartMs = finite(stored.windowStartMs) ? Math.min(stored.windowStartMs, now) : now;
   return {
-    tokens: finite(stored.tokens) ? clamp(stored.tokens, 0, burst) : burst,
+    tokens: finite(stored.tokens) ? clamp(stored.tokens, 0, capacity) : capacity,
     atMs: finite(stored.atMs) ? Math.min(stored.atMs, latest) : now,
     rateRps,
     limitRps: finite(stored.limitRps) ? clamp(stored.limitRps, 0, shape.maxRps) : 0,
@@ -160,7 +172,7 @@ function leaseFrom(state: BucketState, shape: BudgetShape, request: LeaseRequest
     state.increasedAtMs = now;
   }
   const localRps = state.rateRps * scale;
-  state.tokens = Math.min(burstOf(shape, state.rateRps, scale), state.tokens + (Math.max(0, now - state.atMs) * localRps) / 1000);
+  state.tokens = Math.min(capacityOf(shape, state.rateRps, scale), state.tokens + (Math.max(0, now - state.atMs) * localRps) / 1000);
   state.atMs = Math.max(state.atMs, now);
   const granted = Math.max(0, Math.min(Math.floor(request.want), Math.floor(state.tokens)));
   state.tokens -= granted;

@@ -25,14 +25,23 @@
  *
  * Fast path: a token at hand is taken synchronously, with no promise and no allocation.
  *
- * Accounting: the shared bucket hands out at most burst + rate × T tokens in any T seconds, a
- * lease takes about LEASE_WINDOW_MS of the rate however many wait, and a leased token not used
- * within LEASE_TTL_MS of being asked for is dropped (an answer read late included), so the fleet sends at most
- * burst + rate × (T + LEASE_TTL_MS) requests in any window of T: a lease is never hoarded into a
- * burst of its own, nor spent through a pause another replica learned of since.
+ * Accounting (one token per request sent): the shared bucket refills at the rate and holds at most
+ * the burst less LEASE_TTL_MS of the rate (budget-store.ts, `capacityOf`), so it hands out at
+ * most burst − rate × LEASE_TTL_MS + rate × T tokens in any T. A lease takes about
+ * LEASE_WINDOW_MS of the rate however many wait, and a leased token not taken within LEASE_TTL_MS
+ * of being asked for is dropped (an answer read late included): the tokens taken in a window of T
+ * were handed out within T + LEASE_TTL_MS, so the fleet takes at most burst + rate × T in any
+ * window of T. A lease is never hoarded into a burst of its own, nor spent through a pause another
+ * replica learned of since. The same holds of a replica's own bucket (no Redis) and of its fallback
+ * share (`fallbackShare` of both terms); a burst under rate × LEASE_TTL_MS + 1 counts as that (the
+ * bucket holds at least one token). Outside this bound: a replica whose leases go unanswered
+ * takes its fallback share, refilled from the first of them, on top of what the others lease
+ * meanwhile (one lease answered late costs nothing extra); a request that finds every slot of
+ * its lane busy (fair-lane.ts: `upstream.maxConcurrent` in flight) waits for one after taking its
+ * token; passthrough requests take no token.
  */
 import { FairQueue, type LaneCaller } from './fair-queue.js';
-import { MemoryBudgetStore, type BudgetShape, type BudgetStore, type LeaseReply, type LeaseRequest, type PauseReply } from './budget-store.js';
+import { LEASE_TTL_MS, MemoryBudgetStore, type BudgetShape, type BudgetStore, type LeaseReply, type LeaseRequest, type PauseReply } from './budget-store.js';
 
 export type BudgetPriority = 'client' | 'background' | 'ahead';
 /** Highest first: the order tokens go to waiters in. */
@@ -41,8 +50,6 @@ const BUDGET_PRIORITIES: readonly BudgetPriority[] = ['client', 'background', 'a
 /** Where this replica's tokens come from: the fleet's shared bucket, its fallback share (Redis down), or its own (no Redis). */
 export type BudgetMode = 'shared' | 'fallback' | 'local';
 
-/** A leased token not used within this is dropped (ms). */
-export const LEASE_TTL_MS = 250;
 /** A lease asks for about this much of the fleet's rate (ms), within MIN/MAX_LEASE_TOKENS. */
 const LEASE_WINDOW_MS = 100;
 const MIN_LEASE_TOKENS = 2;
@@ -315,7 +322,12 @@ export class FleetBudget {
   #afterSharedLease(reply: LeaseReply | undefined, request: LeaseRequest, askedAt: number): void {
     this.#leasing = false;
     if (this.#closed) return;
-    if (reply === undefined) return this.#apply(this.#own.lease(request), request.want, 'fallback', this.#now());
+    if (reply === undefined) {
+      // Lost just now: the share starts empty from here, not from the last lease, so a lease Redis
+      // is slow to answer adds nothing to what the others take from the shared bucket meanwhile.
+      if (this.#mode === 'shared') this.#own.adopt({ rateRps: this.#rateRps, pausedMs: this.pausedForMs() });
+      return this.#apply(this.#own.lease(request), request.want, 'fallback', this.#now());
+    }
     this.#own.adopt(reply);
     this.#apply(reply, request.want, 'shared', askedAt);
   }

@@ -77,6 +77,16 @@ describe('mutations', () => {
     expect((await get(api('/projects/1'), m.token)).status).toBe(404);
   });
 
+  it('set_admin promotes a user and demotes them: admin-only operations answer 200, then 403; their token keeps working', async () => {
+    const m = em.tokens.noAccess();
+    expect((await get(api('/users'), m.token)).status).toBe(403);
+    expect(await em.mutate({ op: 'set_admin', user_id: m.user_id, is_admin: true })).toMatchObject({ user_id: m.user_id, is_admin: true });
+    expect((await get(api('/users'), m.token)).status).toBe(200);
+    expect(await em.mutate({ op: 'set_admin', user_id: m.user_id, is_admin: false })).toMatchObject({ is_admin: false, project_ids: [] });
+    expect((await get(api('/users'), m.token)).status).toBe(403);
+    expect((await get(api('/user'), m.token)).status).toBe(200);
+  });
+
   it('revoke_token makes the token answer 401 and drops it from the token list', async () => {
     const m = em.tokens.member(2);
     expect((await get(api('/user'), m.token)).status).toBe(200);
@@ -130,7 +140,7 @@ describe('mutations', () => {
     [
       { op: 'explode' },
       'op',
-      'The op must be one of close_run, close_session, complete_milestone, add_result, rename_project, revoke_token, issue_token, grant_project, revoke_project, deny_area, allow_area.',
+      'The op must be one of close_run, close_session, complete_milestone, add_result, rename_project, revoke_token, issue_token, grant_project, revoke_project, deny_area, allow_area, set_admin.',
     ],
     [{ run_id: 1 }, 'op', 'The op is required.'],
     [{ op: 'close_session' }, 'session_id', 'The session_id is required.'],

@@ -23,11 +23,18 @@ const TEST_HMAC_SECRET = Buffer.alloc(32, 0x7e).toString('hex');
  */
 const TEST_BUDGET_RPS = 100_000;
 
+/**
+ * `TM_CACHE_SHARING=project npm test` runs the whole suite with sharing by project as every test
+ * replica's default (`npm run test:project`); a test that sets `cache.sharing` keeps its own.
+ */
+const TEST_SHARING = process.env['TM_CACHE_SHARING'] === 'project' ? 'project' : 'user';
+
 export function makeConfig(upstreamUrl: string, overrides: DeepPartial<Config> = {}): Config {
   const base = structuredClone(DEFAULT_CONFIG) as unknown as Record<string, unknown>;
   merge(base, {
     upstream: { url: upstreamUrl, budget: { requestsPerSecond: TEST_BUDGET_RPS } },
     server: { port: 0, managementPort: 0, shutdownGraceMs: 1_000 },
+    cache: { sharing: TEST_SHARING },
   });
   merge(base, overrides as Record<string, unknown>);
   const config = base as unknown as Config;

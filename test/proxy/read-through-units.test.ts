@@ -171,6 +171,7 @@ function fakeCache(async = false) {
       const found: Found | undefined = entry && { entry, tier: async ? 'redis' : 'memory' };
       return async ? Promise.resolve(found) : found;
     },
+    peekMemory: (key) => (async ? undefined : entries.get(key)),
     set: (key, entry) => void entries.set(key, entry),
     backfill: (key, entry) => void entries.set(key, entry),
     delete: async (key) => void (deleted.push(key), entries.delete(key)),

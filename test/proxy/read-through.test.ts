@@ -39,7 +39,7 @@ describe('every catalogued operation through the proxy', () => {
       expect(cold.body.equals(direct.body), path).toBe(true);
       expect(warm.body.equals(direct.body), path).toBe(true);
       expect(cold.headers['cache-status'], path).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored/);
-      expect(warm.headers['cache-status'], path).toMatch(/^tm-cache; hit; ttl=\d+; detail=memory$/);
+      expect(warm.headers['cache-status'], path).toMatch(/^tm-cache; hit; ttl=\d+; detail=memory(; key=project)?$/);
       expect(warm.headers['content-type']).toBe(direct.headers['content-type']);
     }
   });

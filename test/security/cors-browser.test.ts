@@ -3,7 +3,7 @@
  * through tm-cache, cross-origin with a bearer token, from two dashboards on two origins, in front
  * of the real emulator answering with CORS (its control plane's `cors` option: the allowed Origin
  * reflected, `Vary: Origin`). The cached answer keeps the instance's Access-Control-Allow-*
- * (`cache.storedHeaders`) and is keyed on the Origin, so each origin gets an answer its browser
+ * (`cache.storedHeaders`) and, as the instance varies on Origin, is keyed on it, so each origin gets an answer its browser
  * accepts; what reached the emulator is counted.
  */
 import { createServer, type Server } from 'node:http';

@@ -172,6 +172,23 @@ describe('compressed answers', () => {
       expect(plain.headers['etag']).toBe(etag.replace(/-gz"$/, '"'));
       expect(gunzipSync(filled.body).equals(plain.body)).toBe(true);
     });
+
+    it(`${name}: filled by a client that does not accept gzip, the first gzip client still gets the variant and its one ETag`, async () => {
+      const p: TestProxy = await env.replica(overrides());
+      const m = env.emulator.tokens.member(1);
+      const path = `/api/v1/projects/${m.project_ids[0]}/runs?per_page=100`;
+      const gzip = { 'accept-encoding': 'gzip' };
+      const filled = await p.get(path, m.token);
+      expect(filled.headers['cache-status']).toMatch(/fwd=uri-miss/);
+      expect(filled.headers['content-encoding']).toBeUndefined();
+      const first = await p.get(path, m.token, gzip);
+      expect(first.headers['cache-status']).toMatch(/^tm-cache; hit/);
+      expect(first.headers['content-encoding']).toBe('gzip');
+      expect(first.headers['etag']).toBe(String(filled.headers['etag']).replace(/"$/, '-gz"'));
+      const again = await p.get(path, m.token, { ...gzip, 'if-none-match': String(first.headers['etag']) });
+      expect(again.status).toBe(304);
+      expect(gunzipSync(first.body).equals(filled.body)).toBe(true);
+    });
   }
 });
 

@@ -147,6 +147,23 @@ describe('a member of the project', () => {
     expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
   });
 
+  it('asking a question that expands an area they hold no grant for, is answered from their own scope, as in user mode, and never from the shared one', async () => {
+    const [r1] = await replicas();
+    const expanded = runs('?expands=milestones');
+    // a proves the milestones area, then fills the shared answer.
+    expect((await r1.get(`/api/v1/projects/${projectId}/milestones`, a.token)).status).toBe(200);
+    expect((await r1.get(expanded, a.token)).headers['cache-status']).toMatch(/key=project$/);
+    // b has never listed milestones: no 200 to the expanded question proves that area for b.
+    await emulator.resetStats();
+    const first = await r1.get(expanded, b.token);
+    expect(first.status).toBe(200);
+    expect(first.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored; ttl=\d+$/);
+    const again = await r1.get(expanded, b.token);
+    expect(again.headers['cache-status']).toMatch(/^tm-cache; hit; ttl=\d+; detail=memory$/);
+    expect(again.body.equals(first.body)).toBe(true);
+    expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
+  });
+
   it('holding a grant earned on one replica, is served by the other from Redis without asking the instance', async () => {
     const [r1, r2] = await replicas();
     await r1.get(runs(), a.token);
@@ -208,6 +225,104 @@ describe('a member denied one area of the project', () => {
   });
 });
 
+/**
+ * Refreshes under a member's credential: answers fresh for 1 s, then served stale while one
+ * background refresh runs (refresh-ahead off: its skip when no budget token is at hand would make
+ * the tests flaky; both refreshes choose the credential alike), identities for 3 s, confirmations
+ * for 2 s. `b` proves first, `a` half a second later: b's proofs expire sooner, so a refresh of
+ * a's read is asked under b's token.
+ */
+const SHORT: DeepPartial<Config> = {
+  identity: { ttlMs: 3_000 },
+  cache: {
+    refreshAhead: { enabled: false },
+    freshness: { default: { ttlMs: 1_000, staleWhileRevalidateMs: 3_600_000 }, settled: HOUR, byResource: {} },
+  },
+};
+
+/** Requests the emulator received with `token` since the last reset. */
+async function askedWith(token: string): Promise<number> {
+  return (await emulator.stats()).by_token[token] ?? 0;
+}
+
+/** Served from the project's shared entry (fresh, or stale while it is refreshed), not asked of the instance for this caller. */
+const fromShared = (res: TestResponse) => res.status === 200 && /^tm-cache; (hit|fwd=stale);.*key=project$/.test(String(res.headers['cache-status'] ?? ''));
+
+/** `b` proves on `p` at t0 (their own fill), then `a` at t0 + 500 ms (their own fill: the shared entry stored then); answers t0. */
+async function bThenA(p: TestProxy, path: string): Promise<number> {
+  const t0 = clock;
+  expect((await p.get(path, b.token)).status).toBe(200);
+  clock = t0 + 500;
+  expect((await p.get(path, a.token)).status).toBe(200);
+  expect(isSharedHit(await p.get(path, a.token))).toBe(true);
+  return t0;
+}
+
+describe("a shared entry's refresh, asked under a member's credential", () => {
+  it('renews that member’s confirmation and identity: no GET /projects/{id} or GET /user of theirs in the next period', async () => {
+    const [r1] = await replicas(SHORT);
+    const t0 = await bThenA(r1, runs());
+    // a reads it stale: refreshed in the background, under b's token (b's proof is due first).
+    clock = t0 + 1_800;
+    await emulator.resetStats();
+    expect(fromShared(await r1.get(runs(), a.token))).toBe(true);
+    await until(async () => (await askedWith(b.token)) === 1);
+    expect(await askedWith(a.token)).toBe(0);
+    // Past b's own proofs (confirmation t0 + 2 s, identity t0 + 3 s): renewed by the refresh, asked at t0 + 1.8 s.
+    clock = t0 + 3_300;
+    await emulator.resetStats();
+    expect(fromShared(await r1.get(runs(), b.token))).toBe(true);
+    const routes = (await emulator.stats()).by_route;
+    expect(routes['GET /api/v1/projects/{project_id}']).toBeUndefined();
+    expect(routes['GET /api/v1/user']).toBeUndefined();
+  });
+
+  it('refused, relays nothing, evicts nothing, drops the member: their credential is never chosen again', async () => {
+    const [r1] = await replicas(SHORT);
+    const t0 = await bThenA(r1, runs());
+    await emulator.mutate({ op: 'deny_area', user_id: b.user_id, project_id: projectId, area: 'runs' });
+    clock = t0 + 1_800;
+    await emulator.resetStats();
+    expect(fromShared(await r1.get(runs(), a.token))).toBe(true);
+    await until(async () => (await askedWith(b.token)) === 1); // b's refresh: 403
+    // The team's entry stays, and the next refreshes (now, and once stale again) go under a's token.
+    for (const [at, asked] of [
+      [1_800, 1],
+      [2_900, 2],
+    ] as const) {
+      clock = t0 + at;
+      expect(fromShared(await r1.get(runs(), a.token))).toBe(true);
+      await until(async () => (await askedWith(a.token)) === asked);
+      expect(await askedWith(b.token)).toBe(1);
+    }
+    // b reads nothing of the runs from the cache: the instance's 403, under b's own token.
+    expect((await r1.get(runs(), b.token)).status).toBe(403);
+  });
+
+  it('is asked only under a member who may read that entry: one denied its area never refreshes it, nor gets it', async () => {
+    await emulator.mutate({ op: 'deny_area', user_id: b.user_id, project_id: projectId, area: 'sessions' });
+    const [r1, r2] = await replicas(SHORT);
+    const t0 = await bThenA(r1, runs());
+    expect((await r1.get(sessions(), a.token)).status).toBe(200);
+    expect(isSharedHit(await r1.get(sessions(), a.token))).toBe(true);
+    clock = t0 + 1_800;
+    await emulator.resetStats();
+    // The runs, stale, are refreshed under b (their proof is due first)...
+    expect(fromShared(await r1.get(runs(), a.token))).toBe(true);
+    await until(async () => (await askedWith(b.token)) === 1);
+    // ...the sessions, once that refresh is over, under a: b may not read them, however due b's proof is.
+    expect(fromShared(await r1.get(sessions(), a.token))).toBe(true);
+    await until(async () => (await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/sessions'] === 1);
+    expect(await askedWith(a.token)).toBe(1);
+    expect(await askedWith(b.token)).toBe(1);
+    for (const p of [r1, r2]) {
+      const res = await p.get(sessions(), b.token);
+      expect(res.status).toBe(403);
+      expect(res.headers['cache-status']).toMatch(/fwd-status=403/);
+    }
+  });
+});
+
 /** Every operation whose answers are shared by project. */
 const SHARED: readonly OperationId[] = [
   'listProjectUsers',
@@ -257,6 +372,42 @@ describe('what stays per user or per admin in project mode', () => {
     expect((await r1.get('/api/v1/users', admin.token)).status).toBe(200);
     expect((await r1.get('/api/v1/users', b.token)).status).toBe(403);
   });
+});
+
+describe('an admin demoted', () => {
+  const ACCESS_MS = 2_000;
+  /** A hit of an admin-only operation: only the admin scope holds its answers (decide.ts), so a hit is that scope's. */
+  const isAdminHit = (res: TestResponse) => res.status === 200 && /^tm-cache; hit;/.test(String(res.headers['cache-status'] ?? ''));
+
+  it.each(['user', 'project'] as const)(
+    'loses what the admin scope gave within access.ttlMs of their verification, on either replica (%s mode)',
+    async (sharing) => {
+      // A user made admin for this test only (the emulator's own admin serves the other tests).
+      const user = emulator.tokens.all.find((t) => !t.is_admin && ![a, b, outsider].includes(t))!;
+      await emulator.mutate({ op: 'set_admin', user_id: user.user_id, is_admin: true });
+      try {
+        const [r1, r2] = await replicas({ access: { ...CONFIG.access, ttlMs: ACCESS_MS }, cache: { sharing } });
+        const t0 = clock;
+        // Verified by the instance's 200 on r1; r2 trusts the verification r1 shared, until its expiry.
+        expect((await r1.get('/api/v1/users', user.token)).status).toBe(200);
+        for (const p of [r1, r2]) expect(isAdminHit(await p.get('/api/v1/users', user.token)), `admin hit on ${p === r1 ? 1 : 2}`).toBe(true);
+        await emulator.mutate({ op: 'set_admin', user_id: user.user_id, is_admin: false });
+        // Past access.ttlMs from the verification, the admin scope's answer is theirs no more: the instance's 403.
+        clock = t0 + ACCESS_MS + 1;
+        for (const p of [r1, r2, r1, r2]) {
+          const res = await p.get('/api/v1/users', user.token);
+          expect(res.status).toBe(403);
+          expect(res.headers['cache-status']).toMatch(/fwd-status=403/);
+        }
+        // The admins keep their shared entry.
+        const admin = emulator.tokens.admin();
+        expect((await r1.get('/api/v1/users', admin.token)).status).toBe(200);
+        expect(isAdminHit(await r1.get('/api/v1/users', admin.token))).toBe(true);
+      } finally {
+        await emulator.mutate({ op: 'set_admin', user_id: user.user_id, is_admin: false });
+      }
+    },
+  );
 });
 
 describe('cache.sharing: user', () => {

@@ -85,8 +85,12 @@ describe('a stalled Redis', () => {
     const before = statsOf(p);
     expect((await p.get(`/api/v1/projects/${m1.project_ids[0]}/runs`, m1.token)).status).toBe(200);
     // A token not seen yet: the shared identity lookup times out, then nothing else is sent
-    // (not the admin verification, the entry, the lock nor the identity write).
-    expect(delta(before, statsOf(p))).toEqual({ json: 1 });
+    // (not the admin verification, the entry, the lock nor the identity write); the budget's
+    // lease as above, at most one (its share after an unanswered lease starts empty, so the
+    // request may be the one that asks again).
+    const { budget = 0, ...firstSight } = delta(before, statsOf(p));
+    expect(firstSight).toEqual({ json: 1 });
+    expect(budget).toBeLessThanOrEqual(1);
     await ended;
   });
 

@@ -10,6 +10,7 @@ import {
   DECREASE_FACTOR,
   INCREASE_INTERVAL_MS,
   LEARN_START_RPS,
+  LEASE_TTL_MS,
   MIN_RPS,
   PROBE_STEP_SHARE,
   budgetShapeOf,
@@ -40,28 +41,30 @@ export type MakeContractStore = (shape: BudgetShape, clock: ManualClock) => Cont
 const MAX_PAUSE_MS = 600_000;
 /** A fixed budget of 10 req/s, burst 20. */
 const FIXED = budgetShapeOf({ requestsPerSecond: 10, burst: 20 }, MAX_PAUSE_MS);
+/** What it holds: the burst less LEASE_TTL_MS of the rate (17.5), which leases may still spend of tokens handed out before a window. */
+const FIXED_HOLDS = 20 - (10 * LEASE_TTL_MS) / 1000;
 const LEARNED = budgetShapeOf({ requestsPerSecond: 0, burst: 0 }, MAX_PAUSE_MS);
 
 export function budgetStoreContract(name: string, make: MakeContractStore): void {
   describe(`${name}: the bucket`, () => {
-    it('hands out its burst at once after a quiet spell, then nothing, and says when the next token comes', async () => {
+    it('hands out its burst less a lease’s life of the rate at once after a quiet spell, then nothing, and says when the next token comes', async () => {
       const clock = makeClock();
       const store = await make(FIXED, clock);
       expect((await store.lease(15)).granted).toBe(15);
-      expect((await store.lease(15)).granted).toBe(5);
+      expect((await store.lease(15)).granted).toBe(2); // 17.5 in all: whole tokens only
       const empty = await store.lease(1);
-      expect(empty).toMatchObject({ granted: 0, pausedMs: 0, waitMs: 100 });
+      expect(empty).toMatchObject({ granted: 0, pausedMs: 0, waitMs: 50 }); // half a token left, at 10 req/s
       expect(empty.rateRps).toBeCloseTo(10);
     });
 
-    it('refills at the rate, and never beyond the burst however long it rested', async () => {
+    it('refills at the rate, and never beyond what it holds however long it rested', async () => {
       const clock = makeClock();
       const store = await make(FIXED, clock);
-      await store.lease(20);
+      expect((await store.lease(20)).granted).toBe(17);
       clock.advance(1_000);
       expect((await store.lease(100)).granted).toBe(10);
       clock.advance(3_600_000);
-      expect((await store.lease(100)).granted).toBe(20);
+      expect((await store.lease(100)).granted).toBe(Math.floor(FIXED_HOLDS));
     });
 
     it('never hands out more than burst + rate × T over a window of T, however it is asked', async () => {
@@ -73,18 +76,19 @@ export function budgetStoreContract(name: string, make: MakeContractStore): void
         clock.advance(10 + (step % 3) * 5);
       }
       const windowS = (200 * 15) / 1000; // 200 steps of 15 ms on average
-      expect(granted).toBeLessThanOrEqual(20 + 10 * windowS);
+      expect(granted).toBeLessThanOrEqual(FIXED_HOLDS + 10 * windowS);
       expect(granted).toBeGreaterThanOrEqual(10 * windowS); // and it does hand out the rate
     });
 
-    it('without a configured budget, starts at the conservative rate with one second of it as its burst', async () => {
+    it('without a configured budget, starts at the conservative rate with one second of it as its burst (less a lease’s life)', async () => {
       const clock = makeClock();
       const store = await make(LEARNED, clock);
+      const holds = LEARN_START_RPS * (1 - LEASE_TTL_MS / 1000); // 3.75
       const first = await store.lease(200);
-      expect(first.granted).toBe(LEARN_START_RPS);
+      expect(first.granted).toBe(Math.floor(holds));
       expect(first.rateRps).toBeCloseTo(LEARN_START_RPS);
       clock.advance(1_000);
-      expect((await store.lease(200)).granted).toBe(LEARN_START_RPS);
+      expect((await store.lease(200)).granted).toBe(Math.floor(holds));
     });
   });
 

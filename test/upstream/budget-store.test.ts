@@ -4,7 +4,7 @@
  * bucket last said.
  */
 import { describe, expect, it } from 'vitest';
-import { MemoryBudgetStore, budgetShapeOf, normalizeState } from '../../src/upstream/budget-store.js';
+import { LEASE_TTL_MS, MemoryBudgetStore, budgetShapeOf, normalizeState } from '../../src/upstream/budget-store.js';
 import { budgetStoreContract, makeClock } from './budget-store-contract.js';
 
 budgetStoreContract('memory', (shape, clock) => {
@@ -16,14 +16,16 @@ budgetStoreContract('memory', (shape, clock) => {
 });
 
 const SHAPE = budgetShapeOf({ requestsPerSecond: 40, burst: 40 }, 600_000);
+/** What the whole bucket holds: the burst less LEASE_TTL_MS of the rate (30). */
+const HOLDS = 40 - (40 * LEASE_TTL_MS) / 1000;
 
 describe('memory: a replica’s share of the budget', () => {
   it('hands out only its share of the rate and burst', () => {
     const clock = makeClock();
     const store = new MemoryBudgetStore(SHAPE, clock.now, 0.25);
-    expect(store.lease({ want: 100, constrained: false }).granted).toBe(10);
+    expect(store.lease({ want: 100, constrained: false }).granted).toBe(Math.floor(HOLDS * 0.25)); // 7.5
     clock.advance(1_000);
-    expect(store.lease({ want: 100, constrained: false }).granted).toBe(10);
+    expect(store.lease({ want: 100, constrained: false }).granted).toBe(7); // a quarter of 40 req/s, up to what it holds
   });
 
   it('goes on from the shared bucket’s pause and rate when told them', () => {
@@ -31,9 +33,9 @@ describe('memory: a replica’s share of the budget', () => {
     const store = new MemoryBudgetStore(SHAPE, clock.now, 0.5);
     store.adopt({ rateRps: 20, pausedMs: 30_000 });
     expect(store.lease({ want: 1, constrained: false })).toMatchObject({ granted: 0, pausedMs: 30_000 });
-    clock.advance(30_000 + 1_000);
+    clock.advance(30_000 + 500);
     const resumed = store.lease({ want: 100, constrained: false });
-    expect(resumed.granted).toBe(10); // half of 20 req/s, resuming empty
+    expect(resumed.granted).toBe(5); // half of 20 req/s for 0.5 s, resuming empty
     expect(resumed.rateRps).toBeCloseTo(20);
   });
 
@@ -50,7 +52,7 @@ describe('memory: a replica’s share of the budget', () => {
     const now = 1_000_000;
     const state = normalizeState({ tokens: 1e12, rateRps: 1e9, pauseUntilMs: now + 1e12, atMs: Number.NaN, limitRps: -5, windowCount: -1 }, SHAPE, now);
     expect(state.rateRps).toBe(40);
-    expect(state.tokens).toBe(40);
+    expect(state.tokens).toBe(HOLDS);
     expect(state.pauseUntilMs).toBe(now + 600_000);
     expect(state.atMs).toBe(now);
     expect(state.limitRps).toBe(0);

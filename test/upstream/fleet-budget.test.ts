@@ -6,20 +6,19 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createMetrics } from '../../src/ops/metrics.js';
-import { MemoryBudgetStore, budgetShapeOf, type BudgetShape, type BudgetStore } from '../../src/upstream/budget-store.js';
+import { LEASE_TTL_MS, MemoryBudgetStore, budgetShapeOf, type BudgetShape, type BudgetStore } from '../../src/upstream/budget-store.js';
 import {
   BudgetSpentError,
   FleetBudget,
   LEARNING_MAX_LEASE_TOKENS,
-  LEASE_TTL_MS,
   type BudgetEvents,
   type BudgetPriority,
   type FleetBudgetOptions,
 } from '../../src/upstream/fleet-budget.js';
 
 const MAX_PAUSE_MS = 600_000;
-/** 10 req/s, burst 4. */
-const SHAPE = budgetShapeOf({ requestsPerSecond: 10, burst: 4 }, MAX_PAUSE_MS);
+/** 10 req/s; the bucket holds 4 (the burst less LEASE_TTL_MS of the rate). */
+const SHAPE = budgetShapeOf({ requestsPerSecond: 10, burst: 4 + (10 * LEASE_TTL_MS) / 1000 }, MAX_PAUSE_MS);
 
 beforeEach(() => {
   vi.useFakeTimers({ now: 1_000_000 });
@@ -298,6 +297,25 @@ describe('fleet budget: shared through a store', () => {
     await vi.advanceTimersByTimeAsync(0);
     expect(budget.snapshot().mode).toBe('fallback');
     expect(budget.tryAcquire('client', 1)).toBe(false); // not half of the burst (2) at once: the share refills from empty
+  });
+
+  it('takes nothing extra when a lease goes unanswered: its share refills from the moment the shared bucket is lost, not from its last lease', async () => {
+    const shared = fakeShared(SHAPE);
+    const budget = makeBudget({ shared: shared.store, fallbackShare: 0.5 });
+    for (let lease = 0; lease < 3; lease++) {
+      while (budget.tryAcquire('client', 1));
+      await vi.advanceTimersByTimeAsync(0); // the shared bucket's burst leased and spent
+    }
+    await vi.advanceTimersByTimeAsync(400); // quiet: the shared bucket refills 4 tokens, for whoever asks first
+    shared.takeDown(); // this lease goes unanswered
+    expect(budget.tryAcquire('client', 1)).toBe(false);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(budget.snapshot().mode).toBe('fallback');
+    expect(budget.tryAcquire('client', 1)).toBe(false); // not the 2 its share would have gathered since its last lease
+    await vi.advanceTimersByTimeAsync(200);
+    expect(budget.tryAcquire('client', 1)).toBe(false); // asks its share: 5 req/s from the loss on
+    await vi.advanceTimersByTimeAsync(0);
+    expect(budget.tryAcquire('client', 1)).toBe(true);
   });
 
   it('leases at most LEARNING_MAX_LEASE_TOKENS at a time while the rate is learned, however many wait', async () => {

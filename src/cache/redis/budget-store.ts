@@ -20,6 +20,7 @@ import {
   DECREASE_FACTOR,
   INCREASE_INTERVAL_MS,
   INCREASE_STEP_RPS,
+  LEASE_TTL_MS,
   MEASURE_WINDOW_MS,
   MIN_RPS,
   PROBE_STEP_SHARE,
@@ -54,10 +55,10 @@ local function num(v)
   return n
 end
 local function clamp(v, lo, hi) return math.min(hi, math.max(lo, v)) end
-local function burstOf(rate)
-  local full = rate
-  if burstCfg > 0 then full = burstCfg * rate / maxRps end
-  return math.max(1, full)
+local function capacityOf(rate)
+  local burst = rate
+  if burstCfg > 0 then burst = burstCfg * rate / maxRps end
+  return math.max(1, burst - rate * ${LEASE_TTL_MS} / 1000)
 end
 local f = redis.call('HMGET', key, 'tokens', 'at', 'rate', 'limit', 'increasedAt', 'pauseUntil', 'windowStart', 'windowCount', 'previousCount')
 local s = {}
@@ -66,11 +67,11 @@ if v then s.rate = clamp(v, MIN_RPS, maxRps) else s.rate = math.min(startRps, ma
 v = num(f[6])
 if v then s.pauseUntil = math.min(v, now + maxPauseMs) else s.pauseUntil = 0 end
 local latest = math.max(now, s.pauseUntil)
-local burst = burstOf(s.rate)
+local capacity = capacityOf(s.rate)
 v = num(f[7])
 if v then s.windowStart = math.min(v, now) else s.windowStart = now end
 v = num(f[1])
-if v then s.tokens = clamp(v, 0, burst) else s.tokens = burst end
+if v then s.tokens = clamp(v, 0, capacity) else s.tokens = capacity end
 v = num(f[2])
 if v then s.at = math.min(v, latest) else s.at = now end
 v = num(f[4])
@@ -110,7 +111,7 @@ if constrained and now - s.increasedAt >= ${INCREASE_INTERVAL_MS} then
   s.rate = math.min(maxRps, s.rate + step)
   s.increasedAt = now
 end
-s.tokens = math.min(burstOf(s.rate), s.tokens + math.max(0, now - s.at) * s.rate / 1000)
+s.tokens = math.min(capacityOf(s.rate), s.tokens + math.max(0, now - s.at) * s.rate / 1000)
 s.at = math.max(s.at, now)
 local granted = math.max(0, math.min(math.floor(want), math.floor(s.tokens)))
 s.tokens = s.tokens - granted

@@ -74,8 +74,12 @@ export class ProjectAccess {
 
   /** The hit path: has this user's access to the project been confirmed, and not lapsed, at `now`? */
   isConfirmed(userId: number, projectId: number, now: number): boolean {
-    const until = this.#byUser.get(userId)?.get(projectId);
-    return until !== undefined && now < until;
+    return now < this.confirmedUntil(userId, projectId);
+  }
+
+  /** Until when the user's access to the project is confirmed (0: not confirmed here). */
+  confirmedUntil(userId: number, projectId: number): number {
+    return this.#byUser.get(userId)?.get(projectId) ?? 0;
   }
 
   /**

@@ -46,9 +46,14 @@ function areaBit(area: Area): number {
   return 1 << AREA_INDEX.get(area)!;
 }
 
+/** The area of the request's operation alone, as a mask (0: an operation of no area). */
+export function operationAreaMask(req: CanonicalRequest): number {
+  return req.op.area === null ? 0 : areaBit(req.op.area);
+}
+
 /** The areas an answer reveals, as a mask: its operation's, and those its expands carry. */
 export function areaMask(req: CanonicalRequest): number {
-  let mask = req.op.area === null ? 0 : areaBit(req.op.area);
+  let mask = operationAreaMask(req);
   for (const type of req.expands) {
     const area = EXPAND_AREAS[type];
     if (area !== undefined) mask |= areaBit(area);
@@ -74,13 +79,17 @@ export class AreaGrants {
 
   /** The hit path: does the user hold a live grant for every area in `mask` of the project at `now`? */
   isGranted(userId: number, projectId: number, mask: number, now: number): boolean {
-    if (mask === 0) return true;
+    return now < this.grantedUntil(userId, projectId, mask);
+  }
+
+  /** Until when the user holds a grant for every area in `mask` of the project: the soonest expiry (0: one is missing; no area: for ever). */
+  grantedUntil(userId: number, projectId: number, mask: number): number {
+    if (mask === 0) return Infinity;
     const slots = this.#byUser.get(userId)?.get(projectId);
-    if (slots === undefined) return false;
-    for (let i = 0; i < REFUSED_AT; i++) {
-      if ((mask & (1 << i)) !== 0 && !(now < slots[i]!)) return false;
-    }
-    return true;
+    if (slots === undefined) return 0;
+    let until = Infinity;
+    for (let i = 0; i < REFUSED_AT; i++) if ((mask & (1 << i)) !== 0 && slots[i]! < until) until = slots[i]!;
+    return until;
   }
 
   /** A 200 from the instance to the user for an operation of `area` on the project, asked at `askedAt`. */

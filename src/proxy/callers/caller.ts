@@ -6,8 +6,11 @@ export interface Caller {
   readonly scope: Scope;
   /** HMAC of the credential: the only form of it that may be logged, shared or stored. */
   readonly credentialId: string;
-  /** The identity is trusted until then; past it, it is only good to serve stale entries while upstream fails. */
-  readonly verifiedUntil: number;
+  /**
+   * The identity is trusted until then; past it, it is only good to serve stale entries while
+   * upstream fails. Renewed by any 200 the instance gives the credential (identity.ts `renew`).
+   */
+  verifiedUntil: number;
   /** Verified site admin until then (0: not verified). */
   adminUntil: number;
 }

@@ -87,6 +87,8 @@ export class IdentityResolver {
   private readonly memo: IdentityMemo;
   /** Look-ups in flight: coalesced per credential here, one replica asking upstream for the fleet. */
   readonly #lookups: SharedFill<SharedIdentityValue, IdentityResult>;
+  /** The last expiry a renewal shared of each caller (`renew`). */
+  readonly #sharedUntil = new WeakMap<Caller, number>();
 
   /** New identity and access TTLs (a reload): identities verified from now on follow them. */
   reconfigure(ttls: Pick<IdentityOptions, 'ttlMs' | 'accessTtlMs' | 'refusedTtlMs'>): void {
@@ -104,10 +106,43 @@ export class IdentityResolver {
     options.bus?.onInvalidate((message) => this.onInvalidation(message));
   }
 
+  /** `identity.ttlMs`: how long a verification is trusted. */
+  get ttlMs(): number {
+    return this.options.ttlMs;
+  }
+
   /** The hit path: a verified caller for this header, or undefined. No allocation, no hashing. */
   peek(authorization: string, now: number): Caller | undefined {
     const caller = this.memo.get(authorization);
     return caller !== undefined && now < caller.verifiedUntil ? caller : undefined;
+  }
+
+  /** Is `credential` still its caller's here, verified at `now`? (A credential kept for refreshes: refreshers.ts.) */
+  isLive(credential: { readonly caller: Caller; readonly authorization: string }, now: number): boolean {
+    return this.peek(credential.authorization, now) === credential.caller;
+  }
+
+  /**
+   * A 200 from the instance to a request asked with this credential at `askedAt` (a fill or a
+   * refresh): the token was live then, as a GET /user asked then would have said, and a token
+   * names one user for its life. Its identity is trusted until `askedAt + identity.ttlMs`, never
+   * beyond: counted from the question, as a look-up's is, so a token revoked upstream is still
+   * refused within identity.ttlMs of the last answer it got. Only a caller this memo still holds
+   * for the header is renewed: one forgotten since (a 401, here or on another replica) is not
+   * brought back. Shared as the look-up's identity is, at most about four times per identity.ttlMs.
+   */
+  renew(authorization: string, caller: Caller, askedAt: number, budget?: SharedTierBudget): void {
+    if (this.memo.get(authorization) !== caller) return;
+    const ttlMs = this.options.ttlMs;
+    const until = askedAt + ttlMs;
+    if (until <= caller.verifiedUntil) return;
+    caller.verifiedUntil = until;
+    const shared = this.options.shared;
+    const leftMs = until - this.options.now();
+    if (shared === undefined || leftMs <= 0 || until - (this.#sharedUntil.get(caller) ?? 0) < ttlMs / 4) return;
+    this.#sharedUntil.set(caller, until);
+    const identity: SharedIdentity = { userId: caller.userId, until };
+    void shared.setJson('identity', caller.credentialId, identity, leftMs, budget);
   }
 
   /** A caller whose verification has lapsed: good only for serving stale entries while upstream fails. */
