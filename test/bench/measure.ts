@@ -4,7 +4,7 @@
  */
 import { gunzipSync } from 'node:zlib';
 import { request } from 'undici';
-import { coreBusyPct, coreTimes, groupCpuSeconds } from './procs.js';
+import { coreBusyPct, coreTimes, groupCpuSeconds, groupCpuSecondsPrecise } from './procs.js';
 import { LOAD_CPU, SERVER_CPU, type Emulator, type Server } from './servers.js';
 import { runWrk, type WrkResult } from './wrk.js';
 
@@ -111,14 +111,23 @@ interface Slice {
   readonly busy: Record<number, number>;
 }
 
-async function measureSlice(server: Server, page: Page, connections: number, durationS: number, extra: Readonly<Record<string, string>> = {}): Promise<Slice> {
+export async function measureSlice(
+  server: Server,
+  page: Page,
+  connections: number,
+  durationS: number,
+  extra: Readonly<Record<string, string>> = {},
+  /** CPU from the scheduler's nanosecond counters (schedstat), not 10 ms ticks: for short slices. */
+  precise = false,
+): Promise<Slice> {
   const headers = { authorization: `Bearer ${page.token}`, ...extra };
-  const cpuBefore = groupCpuSeconds(server.proc.pid);
+  const groupCpu = precise ? groupCpuSecondsPrecise : groupCpuSeconds;
+  const cpuBefore = groupCpu(server.proc.pid);
   const coresBefore = coreTimes();
   const t0 = performance.now();
   const wrk = await runWrk({ url: server.url + page.path, connections, durationS, headers });
   const wallS = (performance.now() - t0) / 1_000;
-  return { wrk, cpuS: groupCpuSeconds(server.proc.pid) - cpuBefore, wallS, busy: coreBusyPct(coresBefore, coreTimes()) };
+  return { wrk, cpuS: groupCpu(server.proc.pid) - cpuBefore, wallS, busy: coreBusyPct(coresBefore, coreTimes()) };
 }
 
 const med = (xs: number[]): number => {

@@ -27,7 +27,7 @@ const KNOBS = {
   'fleet-agents': { env: 'BENCH_FLEET_AGENTS', kind: 'number', help: 'fleet-budget, fleet-learn: agents asking cold questions' },
   'fleet-s': { env: 'BENCH_FLEET_S', kind: 'number', help: 'fleet-budget: seconds of cold questions' },
   'fleet-learn-s': { env: 'BENCH_FLEET_LEARN_S', kind: 'number', help: 'fleet-learn: seconds against the unknown limit' },
-  'fleet-poll-s': { env: 'BENCH_FLEET_POLL_S', kind: 'number', help: 'fleet-refresh-ahead: seconds of polling per mode' },
+  'fleet-poll-s': { env: 'BENCH_FLEET_POLL_S', kind: 'number', help: 'fleet-refresh-ahead: seconds of polling per mode and geometry' },
   'ci-users': { env: 'BENCH_CI_USERS', kind: 'number', help: 'ci-burst: users the agents run under' },
   'capacity-s': { env: 'BENCH_CAPACITY_S', kind: 'number', help: 'capacity: measured seconds per server' },
   'capacity-stale': { env: 'BENCH_CAPACITY_STALE', kind: 'number', help: 'capacity: distinct stale lists' },

@@ -5,7 +5,8 @@
  * - fleet-budget: a CI fleet against a known budget: 200 agents on 40 tokens/s, three replicas
  *   sharing a real redis-server, distinct cold questions well beyond the budget;
  * - fleet-learn: an unknown limit (20 req/s, escalating after 3 429s), no budget configured;
- * - fleet-refresh-ahead: polling dashboards, with and without refresh-ahead.
+ * - fleet-refresh-ahead: polling dashboards, with and without refresh-ahead, lone pollers and
+ *   panels shared by several screens.
  */
 import { Pool } from 'undici';
 import { latencySummary, tally, timedGet } from './questions.js';
@@ -132,44 +133,82 @@ export async function runFleetLearnScenario(em: Emulator, o: { agents: number; l
   }
 }
 
+/** One polling geometry: `keys` answers, each read by `screens` pollers (one token, staggered phases) every `everyMs`. */
+interface PollShape {
+  readonly name: string;
+  /** Groups of keys polled together (a dashboard, or a team's screen): `keys` = groups × panels. */
+  readonly groups: number;
+  readonly panels: number;
+  /** Pollers reading each group's keys, every `everyMs`, their phases `everyMs / screens` apart: 1 for a lone poller. */
+  readonly screens: number;
+  /** A number no other shape's pages use, so that each shape's keys are cold. */
+  readonly firstPage: number;
+}
+
+interface PollSettings {
+  readonly everyMs: number;
+  readonly ttlMs: number;
+  readonly seconds: number;
+}
+
 interface PollRun {
   readonly mode: string;
   readonly polls: number;
   readonly freshShare: number;
+  /** Upstream requests over the measured window (after the warm-up). */
   readonly upstream: number;
+  /** The measured window's length (ms): upstream requests per key over it give a key's refresh cycle. */
+  readonly windowMs: number;
   readonly p50Ms: number;
   readonly p99Ms: number;
   readonly hitP99Ms: number;
 }
 
-/** `dashboards` pollers, each polling `panels` keys of its own every `everyMs`, for `seconds`; the first freshness period is warm-up. */
-async function poll(
-  em: Emulator,
-  mode: string,
-  refreshAhead: { enabled: boolean; startAt: number },
-  o: { dashboards: number; panels: number; everyMs: number; ttlMs: number; seconds: number },
-): Promise<PollRun> {
+/**
+ * Each group's pollers start at their own offset, spread evenly over one refresh cycle without
+ * refresh-ahead (ttl + the poll gap), so that the keys' refreshes are spread over time rather than
+ * in step: the window's counts are then a rate, not a matter of where its edges fall. The warm-up
+ * (not measured) lasts until the last group has been polled for one freshness period.
+ */
+async function poll(em: Emulator, mode: string, refreshAhead: { enabled: boolean; startAt: number }, shape: PollShape, o: PollSettings): Promise<PollRun> {
   // The bench's generous budget: this measures refresh-ahead, not the learned budget's cautious start.
   const config = { ...BENCH_BUDGET, cache: { refreshAhead, freshness: { default: { ttlMs: o.ttlMs, staleWhileRevalidateMs: o.ttlMs } } } };
-  const server = await startTmCache(em.url, { name: `tm-cache (${mode})`, config });
+  const server = await startTmCache(em.url, { name: `tm-cache (${shape.name}, ${mode})`, config });
   const tokens = members(em);
-  const pool = new Pool(server.url, { connections: o.dashboards });
+  const pool = new Pool(server.url, { connections: shape.groups * shape.screens });
   const times: number[] = [];
   const hitTimes: number[] = [];
   let fresh = 0;
+  const spreadMs = o.ttlMs + o.everyMs / shape.screens;
   try {
     await em.resetStats();
     const start = performance.now();
-    const warmUntil = start + o.ttlMs;
+    const warmUntil = start + spreadMs + o.ttlMs;
     const end = start + o.seconds * 1000;
+    let atWarm = 0;
+    const warmed = new Promise<void>((resolve) =>
+      setTimeout(
+        () =>
+          void instanceStats(em).then((s) => {
+            atWarm = s.total;
+            resolve();
+          }),
+        warmUntil - start,
+      ),
+    );
     await Promise.all(
-      Array.from({ length: o.dashboards }, async (_, d) => {
-        const token = tokens[d % tokens.length]!;
-        for (let round = 0; performance.now() < end; round++) {
-          const due = start + round * o.everyMs + (d * o.everyMs) / o.dashboards;
+      Array.from({ length: shape.groups * shape.screens }, async (_, poller) => {
+        const group = Math.floor(poller / shape.screens);
+        const screen = poller % shape.screens;
+        const token = tokens[group % tokens.length]!;
+        const offset = ((group + 0.5) / shape.groups) * spreadMs + (screen * o.everyMs) / shape.screens;
+        for (let round = 0; ; round++) {
+          const due = start + offset + round * o.everyMs;
+          if (due >= end) break;
           await new Promise((r) => setTimeout(r, Math.max(0, due - performance.now())));
-          for (let p = 0; p < o.panels; p++) {
-            const got = await timedGet(pool, coldPath(token, 300_000 + d * 100 + p), { authorization: `Bearer ${token.token}` });
+          for (let p = 0; p < shape.panels; p++) {
+            const path = coldPath(token, shape.firstPage + group * 100 + p);
+            const got = await timedGet(pool, path, { authorization: `Bearer ${token.token}` });
             if (performance.now() < warmUntil) continue;
             times.push(got.ms);
             if (/; hit/.test(got.cacheStatus)) {
@@ -180,13 +219,15 @@ async function poll(
         }
       }),
     );
-    const upstream = (await em.stats()).total;
+    await warmed;
+    const upstream = (await instanceStats(em)).total - atWarm;
     const all = latencySummary(times);
     return {
       mode,
       polls: times.length,
       freshShare: fresh / Math.max(1, times.length),
       upstream,
+      windowMs: end - warmUntil,
       p50Ms: all.p50Ms,
       p99Ms: all.p99Ms,
       hitP99Ms: latencySummary(hitTimes).p99Ms,
@@ -197,37 +238,96 @@ async function poll(
   }
 }
 
+/** Within 5 % of the floor a lone poller's refreshes cannot go below (see the note printed). */
+const FLOOR_MARGIN = 1.05;
+/** The issue's bound where pollers share keys: upstream requests within 10 % of those without refresh-ahead. */
+const SHARED_MAX_RATIO = 1.1;
+/** Noise allowed between the p99 of every poll and the p99 of the hits of the same run. */
+const P99_NOISE = 1.5;
+const P99_NOISE_MS = 1;
+
+/**
+ * Polling dashboards, with and without refresh-ahead, in two geometries:
+ * - lone pollers: each dashboard polls keys of its own. Without refresh-ahead a key is refilled
+ *   at the first poll after it expired, a cycle of ttl + the poll gap (the poll at age ttl − δ is
+ *   still fresh); to answer every poll fresh a refresh must land before that poll, a cycle of at
+ *   most ttl. So no refresh-ahead can cost less than 1 + gap / ttl times the requests of waiting:
+ *   1.25 at a 1 s poll and a 4 s ttl, 1.33 at the defaults' 30 s with a 10 s poll (less when the
+ *   read due at expiry comes just after it: the floor checked is the one measured, off's cycle
+ *   over ttl).
+ * - shared panels: each key polled by several screens (one team, one service token) whose phases
+ *   are staggered, so the gap between reads of a key is the poll period over the screens: the
+ *   floor tends to 1, and the issue's "within 10 %" applies.
+ */
 export async function runFleetRefreshAheadScenario(
   em: Emulator,
-  o: { dashboards: number; panels: number; everyMs: number; ttlMs: number; seconds: number },
+  o: PollSettings & { lone: { dashboards: number; panels: number }; shared: { teams: number; screens: number; panels: number } },
 ): Promise<{ checks: Check[] }> {
-  const off = await poll(em, 'refresh-ahead off', { enabled: false, startAt: 0.75 }, o);
-  const on = await poll(em, 'refresh-ahead at 0.75 (default)', { enabled: true, startAt: 0.75 }, o);
-  const late = await poll(em, 'refresh-ahead at 0.92', { enabled: true, startAt: 0.92 }, o);
-  const runs = [off, on, late];
-  printTable(
-    `Polling dashboards: ${o.dashboards} dashboards × ${o.panels} panels polled every ${o.everyMs} ms for ${o.seconds} s, fresh ${o.ttlMs} ms then stale-while-revalidate; one replica`,
-    ['mode', 'polls after warm-up', 'share fresh', 'upstream requests', 'vs off', 'p50 ms', 'p99 ms', "a hit's p99 ms"],
-    runs.map((r) => [
-      r.mode,
-      r.polls,
-      fmt(r.freshShare, 4),
-      r.upstream,
-      fmt(r.upstream / Math.max(1, off.upstream)),
-      fmt(r.p50Ms),
-      fmt(r.p99Ms),
-      fmt(r.hitP99Ms),
-    ]),
-    ['Refreshing at a share s of freshness costs about 1/s the refreshes of waiting until stale: 0.75 → ≈ 1.33×, 0.92 → ≈ 1.09×.'],
-  );
-  const within = (r: PollRun) => r.upstream <= off.upstream * 1.1;
-  return {
-    checks: [
-      { name: 'fleet-refresh-ahead: share of polls fresh (0.75)', value: on.freshShare, target: '≥ 0.99', pass: on.freshShare >= 0.99 },
-      { name: 'fleet-refresh-ahead: upstream vs off (0.75)', value: on.upstream / Math.max(1, off.upstream), target: '≤ 1.1', pass: within(on), unit: '×' },
-      { name: 'fleet-refresh-ahead: share of polls fresh (0.92)', value: late.freshShare, target: '≥ 0.99', pass: late.freshShare >= 0.99 },
-      { name: 'fleet-refresh-ahead: upstream vs off (0.92)', value: late.upstream / Math.max(1, off.upstream), target: '≤ 1.1', pass: within(late), unit: '×' },
-      { name: 'fleet-refresh-ahead: p99 poll latency (0.75)', value: on.p99Ms, target: `≈ a hit's (${fmt(on.hitP99Ms)} ms)`, pass: undefined, unit: 'ms' },
-    ],
-  };
+  const shapes: PollShape[] = [
+    { name: 'lone pollers', groups: o.lone.dashboards, panels: o.lone.panels, screens: 1, firstPage: 300_000 },
+    { name: 'shared panels', groups: o.shared.teams, panels: o.shared.panels, screens: o.shared.screens, firstPage: 400_000 },
+  ];
+  const checks: Check[] = [];
+  for (const shape of shapes) {
+    const off = await poll(em, 'refresh-ahead off', { enabled: false, startAt: 0.75 }, shape, o);
+    const on = await poll(em, 'refresh-ahead at 0.75 (default)', { enabled: true, startAt: 0.75 }, shape, o);
+    const gapMs = o.everyMs / shape.screens;
+    const keys = shape.groups * shape.panels;
+    const cycleMs = (r: PollRun) => (r.windowMs * keys) / Math.max(1, r.upstream);
+    // The floor as the geometry has it, and as measured: off's refresh cycle over the freshness
+    // (a read due exactly at expiry may come just before it or just after, so off's cycle is
+    // between ttl and ttl + gap).
+    const geometryFloor = 1 + gapMs / o.ttlMs;
+    const floor = Math.max(1, cycleMs(off) / o.ttlMs);
+    const ratio = on.upstream / Math.max(1, off.upstream);
+    printTable(
+      `Polling dashboards, ${shape.name}: ${keys} keys, each polled by ${shape.screens} poller${shape.screens === 1 ? '' : 's'} every ${o.everyMs} ms (a read every ${fmt(gapMs, 0)} ms), for ${o.seconds} s; fresh ${o.ttlMs} ms then stale-while-revalidate; one replica`,
+      [
+        'mode',
+        'polls after warm-up',
+        'share fresh',
+        'upstream requests after warm-up',
+        'a key refreshed every, s',
+        'vs off',
+        'p50 ms',
+        'p99 ms',
+        "a hit's p99 ms",
+      ],
+      [off, on].map((r) => [
+        r.mode,
+        r.polls,
+        fmt(r.freshShare, 4),
+        r.upstream,
+        fmt(cycleMs(r) / 1000, 3),
+        fmt(r.upstream / Math.max(1, off.upstream), 3),
+        fmt(r.p50Ms),
+        fmt(r.p99Ms),
+        fmt(r.hitP99Ms),
+      ]),
+      [
+        `Without refresh-ahead a key is refilled at the first read after it expired: a cycle of ttl + up to the ${fmt(gapMs, 0)} ms gap (measured: ${fmt(cycleMs(off) / 1000, 3)} s).`,
+        `To keep every read fresh a refresh must land before that read, a cycle of at most ttl: at least ${fmt(floor, 3)} times the requests as measured (1 + gap/ttl = ${fmt(geometryFloor, 3)} at most).`,
+      ],
+    );
+    const costTarget = shape.screens === 1 ? floor * FLOOR_MARGIN : SHARED_MAX_RATIO;
+    const p99Bound = Math.max(on.hitP99Ms * P99_NOISE, on.hitP99Ms + P99_NOISE_MS);
+    checks.push(
+      { name: `fleet-refresh-ahead, ${shape.name}: share of polls fresh`, value: on.freshShare, target: '≥ 0.99', pass: on.freshShare >= 0.99 },
+      {
+        name: `fleet-refresh-ahead, ${shape.name}: upstream vs off`,
+        value: ratio,
+        target: shape.screens === 1 ? `≤ ${fmt(costTarget, 3)} (floor ${fmt(floor, 3)} + 5 %)` : `≤ ${SHARED_MAX_RATIO} (floor ${fmt(floor, 3)})`,
+        pass: ratio <= costTarget,
+        unit: '×',
+      },
+      {
+        name: `fleet-refresh-ahead, ${shape.name}: p99 poll latency`,
+        value: on.p99Ms,
+        target: `≈ a hit's (${fmt(on.hitP99Ms)} ms)`,
+        pass: on.p99Ms <= p99Bound,
+        unit: 'ms',
+      },
+    );
+  }
+  return { checks };
 }

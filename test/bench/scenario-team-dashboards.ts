@@ -13,6 +13,12 @@
  * `project` mode the team's 12 questions, plus each member's proofs: a confirmation per
  * access.projectConfirmMs, a grant per area (6) per access.grantTtlMs, an identity per
  * identity.ttlMs, as if none were renewed by a fill under that member's token.
+ *
+ * The ceiling per freshness period, at default settings: every question the team polls is
+ * refreshed about once per ttl (refresh-ahead keeps a polled answer fresh), so no cache offloads
+ * more than 1 − questions refreshed ÷ polls. In `user` mode each member's 12 questions are their
+ * own; in `project` mode the team's 12 are one set. None of the panels is settled (an open
+ * project, an open run: `makeTeam`, `projectFacts`), so none lives the settled hour instead.
  */
 import { Pool } from 'undici';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -23,6 +29,15 @@ import { startEmulator, startTmCache, writeConfig, type Emulator, type TokenInfo
 const DEFAULTS = { ttlMs: 30_000, staleWhileRevalidateMs: 30_000, identityTtlMs: 60_000, projectConfirmMs: 30_000, grantTtlMs: 300_000 };
 const POLL_MS = 10_000;
 const AREAS = 6;
+/** The panels every member polls (`teamPanels`), and how many polls of each fall in one freshness period. */
+const PANELS = 12;
+const POLLS_PER_TTL = DEFAULTS.ttlMs / POLL_MS;
+
+/** The most a cache can offload at default settings: each question polled refreshed once per ttl, against every poll of it. */
+function ceilingOf(members: number, mode: 'user' | 'project'): number {
+  const refreshed = mode === 'user' ? PANELS * members : PANELS;
+  return 1 - refreshed / (members * PANELS * POLLS_PER_TTL);
+}
 
 export interface TeamOptions {
   readonly teams: readonly number[];
@@ -39,6 +54,8 @@ interface TeamRun {
   readonly perPeriod: number;
   readonly floorPerPeriod: number;
   readonly offload: number;
+  /** 1 − questions refreshed per ttl ÷ polls per ttl, at default settings (see the module's comment). */
+  readonly ceiling: number;
   readonly changeShownMaxS: number;
   readonly changeShownSamples: number;
   readonly errors: number;
@@ -66,8 +83,8 @@ function teamPanels(f: ProjectFacts): string[] {
 export async function runTeamDashboardsScenario(dir: string, options: TeamOptions): Promise<{ checks: Check[] }> {
   const emulator = await startEmulator('large');
   const runs: TeamRun[] = [];
+  const biggest = Math.max(...options.teams);
   try {
-    const biggest = Math.max(...options.teams);
     const { facts, members } = await makeTeam(emulator, biggest);
     for (const size of options.teams) {
       for (const mode of ['user', 'project'] as const) runs.push(await runTeam(dir, emulator, facts, members.slice(0, size), mode, options));
@@ -78,13 +95,14 @@ export async function runTeamDashboardsScenario(dir: string, options: TeamOption
   const s = options.scale;
   printTable(
     `8. Team dashboards: one team polling the same 12 panels of its project every ${POLL_MS / 1_000} s with its members' own tokens; default settings, time ×${s}`,
-    ['members', 'sharing', 'upstream / ttl period', 'floor', 'offload', 'change shown (worst, s)', 'upstream by route'],
+    ['members', 'sharing', 'upstream / ttl period', 'floor', 'offload', 'ceiling', 'change shown (worst, s)', 'upstream by route'],
     runs.map((r) => [
       String(r.members),
       r.mode,
       fmt(r.perPeriod, 1),
       fmt(r.floorPerPeriod, 1),
       `${fmt(100 * r.offload, 1)}%`,
+      `${fmt(100 * r.ceiling, 1)}%`,
       `${fmt(r.changeShownMaxS, 1)} (${r.changeShownSamples}/${r.members})`,
       Object.entries(r.upstreamByRoute)
         .map(([route, n]) => `${route.replace('GET /api/v1', '')} ${n}`)
@@ -93,6 +111,9 @@ export async function runTeamDashboardsScenario(dir: string, options: TeamOption
     [
       "Floor per freshness period (30 s): user mode 12 questions × members; project mode 12 questions + each member's proofs",
       '  (a confirmation per 30 s, 6 area grants per 5 min, an identity per 60 s), as if no fill renewed them. Unscaled seconds.',
+      `Ceiling: each question polled is refreshed about once per ttl (refresh-ahead), none settled (open project, open run): 1 − refreshes ÷ polls per period.`,
+      `  ${biggest} members, project mode: 1 − ${PANELS} ÷ (${biggest} × ${PANELS} panels × ${POLLS_PER_TTL} polls) = ${fmt(100 * ceilingOf(biggest, 'project'), 1)}%` +
+        (ceilingOf(biggest, 'project') < 0.97 ? ': the 97 % target is above what any cache can offload at default settings.' : '.'),
     ],
     true,
   );
@@ -104,7 +125,8 @@ export async function runTeamDashboardsScenario(dir: string, options: TeamOption
     checks.push({
       name: `team of ${size}: offload, sharing by project`,
       value: project.offload,
-      target: target ? '≥ 0.97' : 'info',
+      // The issue's target, beside the most any cache can offload at default settings (the table's ceiling).
+      target: `${target ? '≥ 0.97' : 'info'} (ceiling ${fmt(project.ceiling, 3)})`,
       pass: target ? project.offload >= 0.97 : undefined,
     });
     checks.push({ name: `team of ${size}: offload, per user`, value: user.offload, target: 'info', pass: undefined });
@@ -220,6 +242,7 @@ async function runTeam(
     perPeriod: upstream / periods,
     floorPerPeriod: mode === 'user' ? panels.length * n : panels.length + proofs,
     offload: 1 - upstream / client,
+    ceiling: ceilingOf(n, mode),
     changeShownMaxS: delays.length ? Math.max(...delays) : NaN,
     changeShownSamples: delays.length,
     errors,

@@ -150,7 +150,7 @@ const SUITE: Scenario[] = [
     name: 'team-dashboards',
     about:
       'one team of 2, 5, 10 members polling the same 12 panels with their own tokens, cache.sharing user vs project, time compressed (--team-scale): upstream per freshness period against the floor, offload, delay until a change shows',
-    suite: false,
+    suite: true,
     needs: [],
     build: true,
     run: (ctx) =>
@@ -186,7 +186,7 @@ const SUITE: Scenario[] = [
     name: 'fleet-budget',
     about:
       "a CI fleet against a known budget: 200 agents asking distinct cold questions on 40 req/s (burst 40), 3 replicas + Redis: the instance's peak per second, no client 5xx",
-    suite: false,
+    suite: true,
     needs: ['redis-server'],
     build: true,
     run: async (ctx) =>
@@ -201,7 +201,7 @@ const SUITE: Scenario[] = [
     name: 'fleet-learn',
     about:
       'an unknown limit: the instance at 20 req/s escalating after 3 429s, no budget configured, 3 replicas + Redis: no lockout, sustained rate ≥ 80 % of the limit',
-    suite: false,
+    suite: true,
     needs: ['redis-server'],
     build: true,
     run: async (ctx) =>
@@ -213,17 +213,18 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'fleet-refresh-ahead',
-    about: "polling dashboards with and without refresh-ahead: share of polls fresh, upstream requests, p99 against a hit's",
-    suite: false,
+    about:
+      "polling dashboards with and without refresh-ahead, lone pollers and panels shared by 5 screens: share of polls fresh, upstream requests, p99 against a hit's",
+    suite: true,
     needs: [],
     build: true,
     run: async (ctx) =>
       runFleetRefreshAheadScenario(await ctx.emulator(), {
-        dashboards: 20,
-        panels: 6,
+        lone: { dashboards: 20, panels: 6 },
+        shared: { teams: 24, screens: 5, panels: 1 },
         everyMs: 1_000,
         ttlMs: 4_000,
-        seconds: ctx.options.number('fleet-poll-s', 30, 16),
+        seconds: ctx.options.number('fleet-poll-s', 70, 30),
       }),
   },
   {
@@ -291,13 +292,15 @@ const EXTRA: Scenario[] = [
   },
   {
     name: 'ab:access-log',
-    about: 'what the access log costs a memory hit: log.access off, on with a drained pipe, on with stdout on /dev/null (log level info)',
+    about:
+      'what the access log costs a memory hit: log.access off, on with stdout a drained pipe, a regular file, /dev/null (log level info; off and on back to back in each server, median of the rounds)',
     suite: false,
     needs: ['wrk'],
     build: true,
     run: async (ctx) => {
       const [em, page] = await withEmulator(ctx);
-      return runAbAccessLog(em, page, { durationS: ctx.options.number('duration', 10, 3), rounds: ctx.options.number('rounds', 4, 2) });
+      const rounds = ctx.options.number('rounds', 8, 3);
+      return runAbAccessLog(em, page, { sliceS: Math.max(1, Math.round(ctx.options.number('duration', 16, 3) / rounds)), rounds });
     },
   },
   {

@@ -22,6 +22,8 @@ export interface Server {
   readonly proc: Proc;
   /** tm-cache's management port (/metrics, /readyz); undefined for other servers. */
   readonly managementUrl?: string;
+  /** The settings file a tm-cache was started with (`--config`): a SIGHUP reads it again. */
+  readonly configFile?: string;
 }
 
 import type { Faults } from '../../src/emulator/faults.js';
@@ -153,16 +155,18 @@ export async function startTmCache(upstream: string, options: TmCacheOptions = {
     config = file === undefined ? BENCH_BUDGET : mergeSettings(BENCH_BUDGET, parseYaml(readFileSync(file, 'utf8')) as Record<string, unknown>);
     if (file !== undefined) env = Object.fromEntries(Object.entries(env!).filter(([name]) => name !== 'TM_CACHE_CONFIG'));
   }
+  let configFile: string | undefined;
   if (config !== undefined) {
     configDir ??= mkdtempSync(join(tmpdir(), 'tm-cache-bench-config-'));
-    args.push('--config', writeConfig(configDir, `tm-cache-${++configCount}`, config));
+    configFile = writeConfig(configDir, `tm-cache-${++configCount}`, config);
+    args.push('--config', configFile);
   }
   // A shared Redis needs a secret Redis does not hold; the replicas of one bench share this one.
   const secret = options.redisUrl ? { TM_CACHE_HMAC_SECRET: BENCH_HMAC_SECRET } : {};
   const proc = startProcess(options.name ?? 'tm-cache', process.execPath, args, { cpu: SERVER_CPU, env: { ...process.env, ...secret, ...env } });
   const managementUrl = `http://127.0.0.1:${management}`;
   await waitForHttp(`${managementUrl}/readyz`, proc);
-  return { name: options.name ?? 'tm-cache', url: `http://127.0.0.1:${port}`, proc, managementUrl };
+  return { name: options.name ?? 'tm-cache', url: `http://127.0.0.1:${port}`, proc, managementUrl, configFile };
 }
 
 /** The sum of a metric's samples (all label sets) on a tm-cache's /metrics; 0 when absent. */

@@ -1,4 +1,4 @@
-// Runs the CLI named next on the command line with its stdout on the file named first (fd 1
+// Runs the CLI named next on the command line with its stdout on the file (or FIFO) named first (fd 1
 // reopened), for test/bench/access-log-ab.ts: the access log's cost with stdout a regular file
 // (`docker run > file`, systemd's StandardOutput=file:) or /dev/null (the line built and written,
 // nobody reading).
