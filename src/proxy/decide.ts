@@ -51,6 +51,8 @@ import { ANY_ORIGIN_SEGMENT, type OriginKeying } from './origin-keying.js';
 export type EntryGate = 'admin' | 'project' | 'identity' | 'member';
 
 export interface Decision extends SharedTierBudget {
+  /** The request's route (route-memo.ts): its keys per scope. */
+  readonly route: CacheableRoute;
   readonly canonical: CanonicalRequest;
   readonly caller: Caller;
   readonly authorization: string;
@@ -139,6 +141,7 @@ export function decide(
   const cacheControl = headers['cache-control'];
   const pragma = headers.pragma;
   const noCache = o.honorNoCache && (cacheControl !== undefined || pragma !== undefined) && wantsRevalidation(cacheControl, pragma);
+  into.route = route;
   into.canonical = canonical;
   into.caller = caller;
   into.authorization = authorization;
@@ -184,13 +187,26 @@ function originSegment(origin: string | undefined): string {
  * what the instance said of the resource the path names; none for `GET /projects` (many
  * projects), nor while the project is unknown (the caller's own scope answers meanwhile).
  */
-function placementOf(route: CacheableRoute, o: DecideOptions): Placement | undefined {
+function placementOf(route: CacheableRoute, o: Pick<DecideOptions, 'projectOfResource'>): Placement | undefined {
   if (route.placement !== undefined) return route.placement;
   const op = route.req.op;
   if (op.pathIds.length === 0) return undefined;
   const projectId = route.placedBy === undefined ? route.req.ids['project_id'] : o.projectOfResource(route.placedBy);
   if (projectId === undefined) return undefined;
   return (route.placement = { projectId, key: keyFor(route, projectScope(projectId)) });
+}
+
+/**
+ * Where an answer of a request not placed when decided (`unplaced`: `/runs/7` before the run's
+ * project was known) belongs once its own answer told the project: the project scope's key, the
+ * origin keyed as the request's. Undefined while the project is still unknown.
+ */
+export function placedAfterFill(d: Decision, projectOfResource: DecideOptions['projectOfResource']): Placement | undefined {
+  if (d.unplaced === undefined) return undefined;
+  const placement = placementOf(d.route, { projectOfResource });
+  if (placement === undefined) return undefined;
+  const originPart = d.key.slice(keyFor(d.route, d.scope).length);
+  return originPart === '' ? placement : { projectId: placement.projectId, key: placement.key + originPart };
 }
 
 /**

@@ -25,6 +25,7 @@ import type { Scope } from '../cache/key.js';
 import type { ForwardedRecord, RequestRecord, UpstreamTiming } from '../ops/recorder.js';
 import type { Decision, EntryGate } from './decide.js';
 import type { Caller } from './callers/caller.js';
+import type { CacheableRoute } from './route-memo.js';
 
 export class Exchange implements Decision, RequestRecord, ForwardedRecord {
   /**
@@ -39,6 +40,7 @@ export class Exchange implements Decision, RequestRecord, ForwardedRecord {
   userId: number | undefined = undefined;
   sharedTierSpent = false;
 
+  route!: CacheableRoute;
   canonical!: CanonicalRequest;
   caller!: Caller;
   authorization = '';

@@ -25,7 +25,7 @@
  */
 import { makePath } from '../api/catalogue.js';
 import type { SharedTierBudget } from '../cache/budget.js';
-import { isFresh, isUsableOnError, type CacheEntry } from '../cache/entry.js';
+import { isUsableOnError, type CacheEntry } from '../cache/entry.js';
 import type { CoalescedRun } from '../cache/coalesce.js';
 import { Filler, type FillJob, type FillLock, type FillResult, type FillStore, type Fetched } from '../cache/fill.js';
 import { HIT, type CacheOutcome, type OutcomeKind } from '../cache/outcome.js';
@@ -37,7 +37,7 @@ import { projectOf, type ProjectAccess } from './callers/access-confirmation.js'
 import { operationAreaMask, type AreaGrants } from './callers/access-grants.js';
 import type { Caller } from './callers/caller.js';
 import type { Credential, Refreshers } from './callers/refreshers.js';
-import { ownerOf, type Decision } from './decide.js';
+import { ownerOf, placedAfterFill, type Decision, type DecisionSlots } from './decide.js';
 import { judge, type FillVerdict, type Found, type Occasion } from './judge.js';
 import { RefreshAhead } from './refresh-ahead.js';
 import type { RetryAfterGate } from './callers/retry-after.js';
@@ -179,7 +179,7 @@ export class ReadThrough {
       case 'find-grants':
         return this.#findGrantsThenServe(d, found!);
       case 'fill-own':
-        return this.#ownOrFill(d, found, now);
+        return this.#ownOrFill(d, found, now, occasion);
       case 'fill':
       case 'fill-from-instance':
       case 'fill-unconfirmed':
@@ -219,27 +219,23 @@ export class ReadThrough {
    * A member without proof for a project's shared answer: filled under their own token, which
    * earns the operation's grant and refreshes the shared entry. But a question that expands an
    * area they hold no grant for can never be proven that way (a 200 to it is not taken as proof of
-   * the expanded area): it is answered in their own scope, as in `user` mode, from their own
-   * entry while it is fresh and their access to the project confirmed, else by a fill kept there.
+   * the expanded area): from here it is the caller's own request, as in `user` mode (their own
+   * key, their access confirmed as any user's, their fills coalesced across replicas on that key),
+   * and Cache-Status, the access log and the fill say so.
    */
-  #ownOrFill(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
+  #ownOrFill(d: Decision, found: Found | undefined, now: number, occasion: Occasion): Served | Promise<Served> {
     const extra = d.areas & ~operationAreaMask(d.canonical);
     if (extra === 0 || d.ownKey === d.key || this.o.grants.isGranted(d.caller.userId, d.projectId, extra, now)) {
       this.o.sharing?.grantFill();
-      return this.#fillAndServe(d, found, now, 'fill-own');
+      return this.#fillAndServe(d, found, now, 'fill-own', occasion);
     }
-    // From here the request is the caller's own, as in user mode: Cache-Status, the access log and the fill say so.
-    (d as { gate: Decision['gate'] }).gate = 'project';
-    const own = this.o.cache.get(d.ownKey, now, d);
-    if (own instanceof Promise) return own.then((f) => this.#ownOrOwnFill(d, f, this.o.now()));
-    return this.#ownOrOwnFill(d, own, now);
-  }
-
-  #ownOrOwnFill(d: Decision, own: Found | undefined, now: number): Served | Promise<Served> {
-    if (own !== undefined && !d.noCache && isFresh(own.entry, now) && this.o.projects.isConfirmed(d.caller.userId, d.projectId, now)) {
-      return { kind: 'entry', entry: own.entry, outcome: HIT[own.tier] };
-    }
-    return this.#fillAndServe(d, undefined, now, 'fill-own');
+    const own = d as DecisionSlots;
+    own.gate = 'project';
+    own.scope = d.caller.scope;
+    own.key = own.fillKey = d.ownKey;
+    const held = this.o.cache.get(d.key, now, d);
+    if (held instanceof Promise) return held.then((f) => this.#act(d, f, this.o.now(), 'lookup'));
+    return this.#act(d, held, now, 'lookup');
   }
 
   /** A member's grants this replica lacks, looked up in the shared store (another replica earned them); then judged again. */
@@ -259,9 +255,11 @@ export class ReadThrough {
   }
 
   /** A fill, as the verdict named it (judge.ts): whether another replica's entry may answer it, whether the caller's access is confirmed. */
-  async #fillAndServe(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
+  async #fillAndServe(d: Decision, found: Found | undefined, now: number, how: FillVerdict, occasion: Occasion = 'lookup'): Promise<Served> {
     const standing: Standing = how === 'fill-own' ? 'unproven' : how === 'fill-unconfirmed' ? 'unconfirmed' : 'confirmed';
-    const job = this.#job(d, how);
+    // A member without proof waits on another replica's fill of the shared key once: then judged
+    // again (below), and filled under their own token if that fill did not prove them.
+    const job = this.#job(d, how, 'client', how === 'fill-own' && occasion !== 'stored-earlier');
     const run = this.#filler.run(job);
     let result: FillResult<Unstored>;
     try {
@@ -280,11 +278,26 @@ export class ReadThrough {
     const kind: OutcomeKind = run.leader ? 'miss' : 'coalesced';
     if (result.kind === 'entry') {
       // Another replica's fill, waited for through Redis: collapsed into it, not a miss of this one's.
+      if (result.collapsed && how === 'fill-own') return this.#afterOwnWait(d, result.entry);
       if (result.collapsed) return { kind: 'entry', entry: result.entry, outcome: COLLAPSED_INTO_REDIS_FILL };
       const outcome: CacheOutcome = { kind, stored: result.stored, upstreamStatus: 200, ...(d.noCache ? { detail: 'no-cache' } : {}) };
       return { kind: 'entry', entry: result.entry, outcome };
     }
     return this.#afterRefusal(d, result.value.response, found, now, kind, standing);
+  }
+
+  /**
+   * A member without proof whose fill waited on another replica's fill of the shared key: that
+   * entry is theirs only if their proof holds now. It does when the other replica's fill was
+   * their own (the same user on two replicas: its confirmation and grant went to Redis before the
+   * entry, on the same connection); else the verdict is a fill under their own token, which no
+   * longer waits. Served, it was collapsed into that fill (RFC 9211), not a hit.
+   */
+  async #afterOwnWait(d: Decision, entry: CacheEntry): Promise<Served> {
+    const served = await this.#act(d, { entry, tier: 'redis' }, this.o.now(), 'stored-earlier');
+    return served.kind === 'entry' && served.entry === entry && served.outcome.kind === 'hit'
+      ? { kind: 'entry', entry, outcome: COLLAPSED_INTO_REDIS_FILL }
+      : served;
   }
 
   /**
@@ -350,13 +363,14 @@ export class ReadThrough {
    * chooses. A 200 renews the proofs of whoever's credential got it: their identity, their
    * confirmation of the project the answer reveals, their grant for the operation's area.
    */
-  #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client'): FillJob<Unstored> {
-    // A member without proof coalesces only with their own requests, and never waits on another replica's fill.
+  #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client', waitsOnShared = false): FillJob<Unstored> {
+    // A member without proof coalesces here only with their own requests; across replicas it may
+    // wait on the shared key's fill (`waitsOnShared`), whose entry is then judged (#afterOwnWait).
     const own = how === 'fill-own';
     return {
-      // A member's fill kept in their own scope (#ownOrFill): stored there.
-      key: own && d.gate !== 'member' ? d.ownKey : d.key,
+      key: d.key,
       fillKey: own ? d.ownKey : d.fillKey,
+      lockKey: own ? (waitsOnShared ? d.key : undefined) : undefined,
       shareable: d.mayRead && !own,
       acceptStored: how === 'fill',
       budget: d,
@@ -410,6 +424,7 @@ export class ReadThrough {
     // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
     const projectId = d.gate === 'member' ? d.projectId : d.gate === 'project' ? projectOf(entry) : undefined;
     if (projectId !== undefined) this.o.projects.renew(caller.userId, projectId, askedAt, d);
+    if (d.unplaced !== undefined && who === d && !varied) this.#placeAnswer(d, res, askedAt);
     if (d.gate === 'member') {
       // And of the operation's area, under their own credential: the grant (access-grants.ts).
       const area = d.canonical.op.area;
@@ -419,6 +434,21 @@ export class ReadThrough {
       if (!varied) this.o.sharing?.stored(caller.userId, entry);
     }
     return varied ? { kind: 'entry', entry, keep: false } : { kind: 'entry', entry };
+  }
+
+  /**
+   * The answer of a request that was not placed when decided (`/runs/7` before the run's project
+   * was known here) and told its project: stored in that project's scope as well, where the
+   * members' next requests (this one's included) are placed, and the user's grant of the
+   * operation's area earned, as a member's own fill earns it.
+   */
+  #placeAnswer(d: Decision, res: UpstreamResponse, askedAt: number): void {
+    const placement = placedAfterFill(d, (tag) => this.o.policy.projectOfResource(tag));
+    if (placement === undefined) return;
+    const area = d.canonical.op.area;
+    if (area !== null) this.o.grants.earn(d.caller.userId, placement.projectId, area, askedAt, d);
+    this.o.refreshers?.seen(placement.projectId, d.caller, d.authorization, this.o.now());
+    void this.o.cache.set(placement.key, makeEntry(d.canonical, res, this.o.policy, this.o.now(), undefined), d);
   }
 
   /** Learns from a browser's answer; true when it was asked for every origin's entry (`|origin=*`) and varies after all. */

@@ -170,6 +170,7 @@ function isSameAnswer(entry: CacheEntry, answer: Pick<CacheEntry, 'storedAt' | '
 /** The decision alone, apart from the request's exchange (which holds the request and its socket), with a Redis budget of its own. */
 function detached(d: Decision): Decision {
   return {
+    route: d.route,
     canonical: d.canonical,
     caller: d.caller,
     authorization: d.authorization,

@@ -142,6 +142,9 @@ describe('what Redis holds', () => {
     await landed('per_page=15');
     client.disconnect();
     const onlyNew = await replica({ encryptionKeys: { k2: KEY_2 }, encryptionKeyId: 'k2' });
+    // With `cache.sharing: project`, the member's proofs (confirmation, grant) in Redis are sealed
+    // with k1 as well: unreadable here, so a request of their own proves them again first.
+    expect((await onlyNew.get(`/api/v1/projects/${project_ids[0]}/automation/sources?per_page=50`, token)).status).toBe(200);
     await emulator.resetStats();
     expect((await onlyNew.get(`/api/v1/projects/${project_ids[0]}/automation/sources?per_page=15`, token)).headers['cache-status']).toMatch(/detail=redis/);
     // The old entry is sealed with k1, which this replica does not have: a miss, never an error.

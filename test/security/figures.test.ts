@@ -125,9 +125,9 @@ describe("a replica that waited for another replica's fill", () => {
       // A holds the fill's lock (its request is at the instance): B's miss must wait for it.
       await until(async () => (await env.client.keys('collapsed:*:lock')).length > 0);
       const second = await httpGet(`${b.url}${path}`, m.token);
-      expect((await first).headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored; ttl=\d+$/);
+      expect((await first).headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored; ttl=\d+(; key=project)?$/);
       expect(second.status).toBe(200);
-      expect(second.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; collapsed; ttl=\d+; detail=redis$/);
+      expect(second.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; collapsed; ttl=\d+; detail=redis(; key=project)?$/);
     } finally {
       await env.emulator.clearFaults();
     }

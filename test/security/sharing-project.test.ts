@@ -164,6 +164,43 @@ describe('a member of the project', () => {
     expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
   });
 
+  it('asking on two replicas at once without proof, costs the instance one request: the second waits for the first and is proven by it', async () => {
+    const [r1, r2] = await replicas();
+    // Both replicas know the caller: only the fill is left.
+    for (const p of [r1, r2]) expect((await p.get('/api/v1/user', a.token)).status).toBe(200);
+    await emulator.resetStats();
+    await emulator.faults({ latency_ms: 400 });
+    try {
+      const first = r1.get(runs(), a.token);
+      await until(async () => (await client.keys(`sharing-${prefixes}:*:lock`)).length > 0);
+      const second = await r2.get(runs(), a.token);
+      expect((await first).headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored.*key=project$/);
+      expect(second.status).toBe(200);
+      expect(second.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; collapsed; ttl=\d+; detail=redis; key=project$/);
+    } finally {
+      await emulator.clearFaults();
+    }
+    expect((await emulator.stats()).total).toBe(1);
+  });
+
+  it('asking for a resource named by its id alone, stores the answer that tells its project in the project scope: the next request of any proven member is a shared hit', async () => {
+    const [r1] = await replicas();
+    const run = `/api/v1/runs/${pathIds['run_id']}`;
+    const first = await r1.get(run, a.token);
+    expect(first.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored; ttl=\d+$/);
+    await emulator.resetStats();
+    const again = await r1.get(run, a.token);
+    expect(isSharedHit(again)).toBe(true);
+    expect(again.body.equals(first.body)).toBe(true);
+    // b, proven for the runs of the project, reads the same entry.
+    expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
+    await emulator.resetStats();
+    const theirs = await r1.get(run, b.token);
+    expect(isSharedHit(theirs)).toBe(true);
+    expect(theirs.body.equals(first.body)).toBe(true);
+    expect((await emulator.stats()).total).toBe(0);
+  });
+
   it('holding a grant earned on one replica, is served by the other from Redis without asking the instance', async () => {
     const [r1, r2] = await replicas();
     await r1.get(runs(), a.token);
@@ -208,6 +245,28 @@ describe('a member denied one area of the project', () => {
     expect((await r1.get(runs(), b.token)).status).toBe(200);
     expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
     expect(isSharedHit(await r1.get(sessions(), a.token))).toBe(true);
+  });
+
+  it("waiting on another member's fill of that area on another replica, is never handed its answer: asked under their own token, and refused", async () => {
+    await emulator.mutate({ op: 'deny_area', user_id: b.user_id, project_id: projectId, area: 'sessions' });
+    const [r1, r2] = await replicas();
+    expect((await r1.get('/api/v1/user', a.token)).status).toBe(200);
+    // b is proven for the project (runs), so the sessions question reaches the fill.
+    expect((await r1.get(runs(), a.token)).status).toBe(200);
+    expect(isSharedHit(await readUntilSharedHit(r2, runs(), b.token))).toBe(true);
+    await emulator.resetStats();
+    await emulator.faults({ latency_ms: 400 });
+    try {
+      const filling = r1.get(sessions(), a.token);
+      await until(async () => (await client.keys(`sharing-${prefixes}:*:lock`)).length > 0);
+      const refused = await r2.get(sessions(), b.token);
+      expect(refused.status).toBe(403);
+      expect(refused.headers['cache-status']).toMatch(/fwd-status=403/);
+      expect((await filling).status).toBe(200);
+    } finally {
+      await emulator.clearFaults();
+    }
+    expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/sessions']).toBe(2);
   });
 
   it('stops being served that area on every replica at their first refusal, within access.grantTtlMs', async () => {
