@@ -21,7 +21,11 @@ import { OPERATIONS, RESOURCES, resourceOfIdParam, type Operation, type Resource
 import type { CanonicalRequest } from '../api/normalize.js';
 import { resourcesInPath } from '../api/route.js';
 import type { Config, FreshnessRule } from '../config/schema.js';
+import type { SharedTierBudget } from './budget.js';
 import { DEFAULT_STORED_HEADERS } from './entry.js';
+
+/** Told of the resources one answer placed in their project (`run:7` → 4), with its fill's budget. */
+export type Learned = (learned: readonly (readonly [tag: string, projectId: number])[], budget: SharedTierBudget | undefined) => void;
 
 export interface EntryPolicy {
   readonly ttlMs: number;
@@ -61,10 +65,11 @@ export class FreshnessPolicy {
   /** Project of each run/session/milestone/source seen, so a write to `/runs/7` can drop its project's lists. */
   private readonly projectOf = new Map<string, number>();
   /**
-   * Told of each resource whose project is learned for the first time (`cache.sharing: project`
-   * shares it through Redis, and reads list bodies for it: `learnsFromLists`).
+   * Told once per answer of the resources whose project it taught (`cache.sharing: project`
+   * shares them through Redis, and reads list bodies for them: `learnsFromLists`), with the
+   * budget of the request whose fill it was: a page of 25 runs is one write, under that budget.
    */
-  private readonly onLearned: ((tag: string, projectId: number) => void) | undefined;
+  private readonly onLearned: Learned | undefined;
   private readonly learnsFromLists: boolean;
 
   constructor(
@@ -72,7 +77,7 @@ export class FreshnessPolicy {
     private staleIfErrorMs: number,
     /** `cache.storedHeaders`: the instance's headers an entry keeps (storable.ts makeEntry); fixed until a restart, as keys follow it. */
     readonly storedHeaders: Config['cache']['storedHeaders'] = DEFAULT_STORED_HEADERS,
-    learning: { readonly fromLists: boolean; readonly onLearned?: (tag: string, projectId: number) => void } = { fromLists: false },
+    learning: { readonly fromLists: boolean; readonly onLearned?: Learned } = { fromLists: false },
   ) {
     this.onLearned = learning.onLearned;
     this.learnsFromLists = learning.fromLists;
@@ -83,9 +88,9 @@ export class FreshnessPolicy {
     return this.projectOf.get(tag);
   }
 
-  /** What another replica learned (through Redis): remembered as if learned here. */
+  /** What another replica learned (through Redis): remembered as if learned here, and not shared again (Redis holds it). */
   learnProject(tag: string, projectId: number): void {
-    if (this.projectOf.get(tag) !== projectId) this.rememberProject(tag, projectId);
+    this.rememberProject(tag, projectId);
   }
 
   /** New freshness rules (a reload): answers stored from now on follow them; stored ones keep theirs. */
@@ -94,17 +99,21 @@ export class FreshnessPolicy {
     this.staleIfErrorMs = staleIfErrorMs;
   }
 
-  decide(req: CanonicalRequest, body: Buffer): EntryPolicy {
+  /** `budget`: the allowance of the request whose fill this answer is (budget.ts), for sharing what it taught. */
+  decide(req: CanonicalRequest, body: Buffer, budget?: SharedTierBudget): EntryPolicy {
     const op = req.op;
     const tags = op.pathIds.map((name) => tagOf(resourceOfIdParam(name), req.ids[name]!));
+    // Collected only when someone is told (sharing by project, with Redis).
+    const learned: [string, number][] | undefined = this.onLearned === undefined ? undefined : [];
     let settled = false;
     if (op.envelope === 'single') {
       const result = parseResult(body);
-      if (result) settled = this.learn(op, result, tags);
+      if (result) settled = this.learn(op, result, tags, learned);
     } else {
       settled = this.settledByParent(op.resource, req.ids);
-      if (this.learnsFromLists) this.learnListed(op, body);
+      if (this.learnsFromLists) this.learnListed(op, body, learned);
     }
+    if (learned !== undefined && learned.length > 0) this.onLearned!(learned, budget);
     this.tieToKnownProject(tags);
     if (isSiteWideList(op)) tags.push(op.resource);
     const rule: FreshnessRule = settled ? this.freshness.settled : (this.freshness.byResource[op.resource] ?? this.freshness.default);
@@ -156,14 +165,14 @@ export class FreshnessPolicy {
     return id !== undefined && this.settledIds.get(parent)?.has(id) === true;
   }
 
-  private learn(op: Operation, result: Record<string, unknown>, tags: string[]): boolean {
+  private learn(op: Operation, result: Record<string, unknown>, tags: string[], learned: [string, number][] | undefined): boolean {
     // Single answers name their project in the body (`project_id`), not in the path: tag the entry
     // with it so a write to the project drops it, and remember it for writes to this resource.
     const projectId = result['project_id'];
     if (typeof projectId === 'number') {
       const tag = tagOf('project', projectId);
       if (!tags.includes(tag)) tags.push(tag);
-      if (typeof result['id'] === 'number') this.rememberProject(tagOf(op.resource, result['id']), projectId);
+      if (typeof result['id'] === 'number') this.rememberProject(tagOf(op.resource, result['id']), projectId, learned);
     }
     const flag = RESOURCES[op.resource].settledFlag;
     const settled = flag !== null && result[flag] === true;
@@ -182,12 +191,14 @@ export class FreshnessPolicy {
     ids.add(id);
   }
 
-  private rememberProject(tag: string, projectId: number): void {
+  /** Remembers a resource's project; `learned` collects it when it is news to share (not what another replica shared). */
+  private rememberProject(tag: string, projectId: number, learned?: [string, number][]): void {
+    const known = this.projectOf.get(tag);
+    if (known === projectId) return;
     // Bounded: a long-running proxy sees many resources; forgetting one only costs a wider miss.
     if (this.projectOf.size >= MAX_REMEMBERED) this.projectOf.clear();
-    const known = this.projectOf.get(tag);
     this.projectOf.set(tag, projectId);
-    if (known !== projectId) this.onLearned?.(tag, projectId);
+    learned?.push([tag, projectId]);
   }
 
   /**
@@ -195,7 +206,7 @@ export class FreshnessPolicy {
    * sources) name their project: each is remembered, so that a later `/runs/{id}` is placed in
    * its project's shared scope. One parse per list fill, only when sharing by project.
    */
-  private learnListed(op: Operation, body: Buffer): void {
+  private learnListed(op: Operation, body: Buffer, learned: [string, number][] | undefined): void {
     if (RESOURCES[op.resource].idParam === null) return;
     let items: unknown;
     try {
@@ -207,7 +218,7 @@ export class FreshnessPolicy {
     for (const item of items as unknown[]) {
       if (item === null || typeof item !== 'object') continue;
       const { id, project_id: projectId } = item as Record<string, unknown>;
-      if (typeof id === 'number' && typeof projectId === 'number') this.learnProject(tagOf(op.resource, id), projectId);
+      if (typeof id === 'number' && typeof projectId === 'number') this.rememberProject(tagOf(op.resource, id), projectId, learned);
     }
   }
 }

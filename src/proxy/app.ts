@@ -18,7 +18,7 @@ import { createServer as createSecureServer, type ServerOptions as SecureServerO
 import type { Logger } from 'pino';
 import type { CacheEntry } from '../cache/entry.js';
 import type { FillLock } from '../cache/fill.js';
-import { FreshnessPolicy } from '../cache/policy.js';
+import { FreshnessPolicy, type Learned } from '../cache/policy.js';
 import { describeKey } from '../cache/key.js';
 import type { Config } from '../config/schema.js';
 import { retryAfterMsOf, type Upstream } from '../upstream/client.js';
@@ -101,7 +101,8 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
   // a resource's project is learned from list items too, and shared through Redis.
   const policy = new FreshnessPolicy(config.cache.freshness, config.cache.staleIfErrorMs, config.cache.storedHeaders, {
     fromLists: sharesProjects,
-    ...(sharesProjects && shared ? { onLearned: (tag: string, projectId: number) => void shared.setJson(PLACES, tag, projectId, PLACE_TTL_MS) } : {}),
+    // What one answer taught is one write, under the budget of the request that filled it.
+    ...(sharesProjects && shared ? { onLearned: ((learned, budget) => void shared.setJsonMany(PLACES, learned, PLACE_TTL_MS, budget)) satisfies Learned } : {}),
   });
   let closing = false;
   let current = config;

@@ -11,6 +11,7 @@
  */
 import { hash } from 'node:crypto';
 import type { CanonicalRequest } from '../api/normalize.js';
+import type { SharedTierBudget } from '../cache/budget.js';
 import { FIELD_VALUE, type CacheEntry } from '../cache/entry.js';
 import { operationTag, type Scope } from '../cache/key.js';
 import type { FreshnessPolicy } from '../cache/policy.js';
@@ -41,10 +42,18 @@ function entryTags(req: CanonicalRequest, tags: readonly string[], scope: Scope 
 /**
  * The entry for a storable answer: freshness and tags from the policy, a strong ETag of the body.
  * A user's entry of a project also carries `<scope>|project:<id>`, so that a revoked access drops
- * exactly that user's entries of the project (access-confirmation.ts).
+ * exactly that user's entries of the project (access-confirmation.ts). `budget`: the filling
+ * request's (budget.ts), under which what the answer taught the policy is shared.
  */
-export function makeEntry(req: CanonicalRequest, res: UpstreamResponse, policy: FreshnessPolicy, now: number, scope?: Scope): CacheEntry {
-  const decided = policy.decide(req, res.body);
+export function makeEntry(
+  req: CanonicalRequest,
+  res: UpstreamResponse,
+  policy: FreshnessPolicy,
+  now: number,
+  scope?: Scope,
+  budget?: SharedTierBudget,
+): CacheEntry {
+  const decided = policy.decide(req, res.body, budget);
   const projectId = scope === undefined ? undefined : projectOfTags(decided.tags);
   const etag = etagOf(res.body);
   const contentType = res.headers['content-type'];

@@ -165,6 +165,52 @@ describe('invalidation tags', () => {
   });
 });
 
+describe('what answers teach of their resources’ projects (cache.sharing: project)', () => {
+  type Told = { learned: (readonly [string, number])[]; budget: unknown };
+  function learning(): { p: FreshnessPolicy; told: Told[] } {
+    const told: Told[] = [];
+    const p = new FreshnessPolicy(DEFAULT_CONFIG.cache.freshness, DEFAULT_CONFIG.cache.staleIfErrorMs, DEFAULT_CONFIG.cache.storedHeaders, {
+      fromLists: true,
+      onLearned: (learned, budget) => told.push({ learned: [...learned], budget }),
+    });
+    return { p, told };
+  }
+  const decideWith = (p: FreshnessPolicy, op: OperationId, ids: Record<string, number>, body: unknown, budget: { sharedTierSpent: boolean }) =>
+    p.decide(normalizeRequest(getOperation(op), ids, ''), Buffer.from(JSON.stringify(body)), budget);
+
+  it('tells once per answer what it taught, with the budget of the request that filled it, and nothing it already knew', () => {
+    const { p, told } = learning();
+    const budget = { sharedTierSpent: false };
+    const page = { result: [1, 2, 3].map((id) => ({ id, project_id: 4 })) };
+    decideWith(p, 'listRuns', { project_id: 4 }, page, budget);
+    expect(told).toEqual([
+      {
+        learned: [
+          ['run:1', 4],
+          ['run:2', 4],
+          ['run:3', 4],
+        ],
+        budget,
+      },
+    ]);
+    expect(p.projectOfResource('run:2')).toBe(4);
+    // The same page again, and a run it listed: nothing new, nothing told.
+    decideWith(p, 'listRuns', { project_id: 4 }, page, budget);
+    decideWith(p, 'getRun', { run_id: 2 }, { result: { id: 2, project_id: 4 } }, budget);
+    expect(told).toHaveLength(1);
+    // A run seen moved to another project is news.
+    decideWith(p, 'getRun', { run_id: 2 }, { result: { id: 2, project_id: 5 } }, budget);
+    expect(told.at(-1)).toEqual({ learned: [['run:2', 5]], budget });
+  });
+
+  it('remembers what another replica shared without telling it again', () => {
+    const { p, told } = learning();
+    p.learnProject('milestone:9', 3);
+    expect(p.projectOfResource('milestone:9')).toBe(3);
+    expect(told).toEqual([]);
+  });
+});
+
 describe('keys', () => {
   const suffix = makeKeySuffix(normalizeRequest(getOperation('listRuns'), { project_id: 1 }, 'page=2'));
 

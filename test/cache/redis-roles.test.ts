@@ -196,6 +196,40 @@ describe('RedisSharedStore', () => {
   });
 });
 
+describe('RedisSharedStore.setJsonMany', () => {
+  it('stores each value under its own key, as setJson would, for the TTL', async () => {
+    const { sharedStore, connection } = await makeRedisRoles(redis.url);
+    await sharedStore.setJsonMany(
+      'places',
+      [
+        ['run:1', 4],
+        ['run:2', 5],
+      ],
+      60_000,
+    );
+    expect(await sharedStore.getJson('places', 'run:1')).toBe(4);
+    expect(await sharedStore.getJson('places', 'run:2')).toBe(5);
+    expect(await redis.raw.pttl(connection.jsonKey('places', 'run:2'))).toBeGreaterThan(59_000);
+  });
+
+  it('sends nothing once the request’s budget is spent, and counts a closed connection once however many values', async () => {
+    const roles = await makeRedisRoles(redis.url);
+    await roles.sharedStore.setJsonMany('places', [['run:1', 4]], 60_000, { sharedTierSpent: true });
+    expect(await roles.sharedStore.getJson('places', 'run:1')).toBeUndefined();
+    roles.connection.close();
+    await roles.sharedStore.setJsonMany(
+      'places',
+      [
+        ['run:1', 4],
+        ['run:2', 4],
+        ['run:3', 4],
+      ],
+      60_000,
+    );
+    expect(roles.connection.stats().byKind).toEqual({ json: 1 });
+  });
+});
+
 describe('RedisSharedStore.lockFor: the lock role over a namespace of shared values', () => {
   it('grants one replica the lock, never a stored value, and hands a waiter the value the holder shares', async () => {
     const prefix = uniquePrefix();

@@ -102,8 +102,9 @@ describe('POST /admin/purge', () => {
     expect((await b.get(path, m.token)).headers['cache-status']).toMatch(/fwd=uri-miss/);
   });
 
+  // Per-user scopes: sharing by user, whatever the suite's default; sharing by project is the next test's.
   it('drops everything of one user (user_id), and only theirs', async () => {
-    const p = await env.replica({ admin: { token: TOKEN } });
+    const p = await env.replica({ cache: { sharing: 'user' }, admin: { token: TOKEN } });
     const [m0, m1] = [env.emulator.tokens.member(0), env.emulator.tokens.member(1)];
     await p.get(`/api/v1/projects/${m0.project_ids[0]}/runs?per_page=15`, m0.token);
     await p.get(`/api/v1/projects/${m0.project_ids[0]}/milestones`, m0.token);
@@ -114,7 +115,7 @@ describe('POST /admin/purge', () => {
   });
 
   it('drops one operation for given ids across users, and nothing else', async () => {
-    const p = await env.replica({ admin: { token: TOKEN } });
+    const p = await env.replica({ cache: { sharing: 'user' }, admin: { token: TOKEN } });
     const [m0, m1] = [env.emulator.tokens.member(0), env.emulator.tokens.member(1)];
     const shared = m0.project_ids.find((id) => m1.project_ids.includes(id));
     expect(shared, 'members 0 and 1 share a project').toBeDefined();
@@ -127,6 +128,45 @@ describe('POST /admin/purge', () => {
     expect(res.json()).toMatchObject({ purged: 4 });
     expect(keysOf(p).every((k) => k.includes('|listMilestones|'))).toBe(true);
     expect(keysOf(p)).toHaveLength(2);
+  });
+
+  it('with cache.sharing: project, leaves a project’s shared entries to a purge by user_id, and drops them for every member with the project’s tag', async () => {
+    // Its own key prefix: what Redis holds and drops is this test's alone.
+    const p = await env.replica({
+      cache: { sharing: 'project', redis: { url: env.redis.url, keyPrefix: 'admin-by-project:', commandTimeoutMs: 2_000 } },
+      admin: { token: TOKEN },
+    });
+    const [m0, m1] = [env.emulator.tokens.member(0), env.emulator.tokens.member(1)];
+    const shared = m0.project_ids.find((id) => m1.project_ids.includes(id));
+    expect(shared, 'members 0 and 1 share a project').toBeDefined();
+    const paths = [`/api/v1/projects/${shared}/runs?per_page=15`, `/api/v1/projects/${shared}/milestones`];
+    const asks = async (m: typeof m0, path: string): Promise<string> => String((await p.get(path, m.token)).headers['cache-status']);
+    // Each member asks each question twice: the first ask fills or proves them, the second is the
+    // project's one entry of the question, the same for both.
+    for (const m of [m0, m1]) for (const path of paths) await p.get(path, m.token);
+    for (const m of [m0, m1]) for (const path of paths) expect(await asks(m, path)).toMatch(/^tm-cache; hit;.*detail=memory; key=project$/);
+    const projectKeys = keysOf(p).sort();
+    expect(projectKeys).toEqual([
+      expect.stringMatching(new RegExp(`^p:${shared}\\|v1\\|listMilestones\\|`)),
+      expect.stringMatching(new RegExp(`^p:${shared}\\|v1\\|listRuns\\|`)),
+    ]);
+    for (const key of projectKeys) await until(async () => (await redisTierOf(p).peek(key)) !== undefined);
+
+    // A user's scope holds none of the project's answers: purging it drops nothing, and says so.
+    const byUser = await admin(p, 'POST', '/admin/purge', { user_id: m0.user_id });
+    expect(byUser.status).toBe(200);
+    expect(byUser.json()).toEqual({ purged: 0, tiers: { memory: 0, redis: 0 }, tag: `u:${m0.user_id}` });
+    expect(keysOf(p).sort()).toEqual(projectKeys);
+    expect(await asks(m0, paths[0]!)).toMatch(/^tm-cache; hit;.*detail=memory; key=project$/);
+
+    // The project's tag reaches its shared entries, here and in Redis: every member's next request goes upstream.
+    const byProject = await admin(p, 'POST', '/admin/purge', { tag: `project:${shared}` });
+    expect(byProject.status).toBe(200);
+    expect(byProject.json()).toEqual({ purged: 2, tiers: { memory: 2, redis: 2 }, tag: `project:${shared}` });
+    expect(keysOf(p)).toEqual([]);
+    for (const key of projectKeys) expect(await redisTierOf(p).peek(key)).toBeUndefined();
+    expect(await asks(m1, paths[0]!)).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored;.*key=project$/);
+    expect(await asks(m0, paths[1]!)).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored;.*key=project$/);
   });
 
   it('drops everything with {"all": true}: memory here, memory of the other replicas, and the entries in Redis', async () => {
@@ -184,7 +224,8 @@ describe('POST /admin/purge', () => {
 
 describe('GET /admin/entries', () => {
   it("lists this replica's memory entries without bodies, filtered by user, operation and tag, with hits and freshness", async () => {
-    const p = await env.replica({ admin: { token: TOKEN } });
+    // Per-user scopes: sharing by user, whatever the suite's default.
+    const p = await env.replica({ cache: { sharing: 'user' }, admin: { token: TOKEN } });
     const [m0, m1] = [env.emulator.tokens.member(0), env.emulator.tokens.member(1)];
     const project = m0.project_ids[0]!;
     for (let i = 0; i < 3; i++) await p.get(`/api/v1/projects/${project}/runs?per_page=15`, m0.token);

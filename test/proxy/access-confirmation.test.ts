@@ -22,6 +22,9 @@ function fakeShared(): SharedStore & { values: Map<string, unknown> } {
     values,
     getJson: async <T>(ns: string, key: string) => values.get(`${ns}:${key}`) as T | undefined,
     setJson: async (ns: string, key: string, value: unknown) => void values.set(`${ns}:${key}`, value),
+    setJsonMany: async (ns: string, many: readonly (readonly [string, unknown])[]) => {
+      for (const [key, value] of many) values.set(`${ns}:${key}`, value);
+    },
   };
 }
 

@@ -74,7 +74,9 @@ async function expectShared(settings: DeepPartial<Config['cache']['redis']>): Pr
   const b = await replica(settings);
   await emulator.resetStats();
   const shared = await b.get(path, m.token);
-  expect(shared.headers['cache-status']).toMatch(/^tm-cache; hit; ttl=\d+; detail=redis$/);
+  // A project's runs: on replicas sharing by project (`npm run test:project`) the project's shared answer, which says so.
+  const scope = b.config.cache.sharing === 'project' ? '; key=project' : '';
+  expect(shared.headers['cache-status']).toMatch(new RegExp(`^tm-cache; hit; ttl=\\d+; detail=redis${scope}$`));
   expect(shared.body.equals(filled.body)).toBe(true);
   expect((await emulator.stats()).total).toBe(0);
 }
@@ -272,7 +274,11 @@ describe('Redis over TLS', () => {
     expect(await redisCheck(s.management)).toEqual({ status: 'ok' });
   });
 
-  /** Two `serve` processes on `yaml`: the first fills a question, the second answers it from Redis once the entry is there. */
+  /**
+   * Two `serve` processes on `yaml`: the first fills a question, the second answers it from Redis
+   * once the entry is there. They share by user whatever the suite's default (serve is given only
+   * the environment above), so the answer names no project scope.
+   */
   async function expectServesShare(yaml: string, entries: () => Promise<string[]>): Promise<void> {
     const file = join(dir, `shared-${Math.random().toString(36).slice(2)}.yaml`);
     writeFileSync(file, yaml);

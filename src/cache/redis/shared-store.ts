@@ -88,4 +88,24 @@ export class RedisSharedStore {
     const stored = encodeValue(Buffer.from(JSON.stringify(value)), guard, jsonKey);
     await connection.call('json', (c) => c.set(jsonKey, stored, 'PX', Math.ceil(ttlMs)), budget);
   }
+
+  /**
+   * Stores several values of one namespace for `ttlMs` as one call: sent together, it costs at
+   * most one timeout (and one failure towards the breaker) however many there are. Separate SETs,
+   * not a pipeline: in a cluster the keys live on different nodes. Never rejects; sends nothing
+   * once `budget` is spent.
+   */
+  async setJsonMany(namespace: string, values: readonly (readonly [key: string, value: unknown])[], ttlMs: number, budget?: SharedTierBudget): Promise<void> {
+    const connection = this.#connection;
+    if (!(ttlMs > 0) || values.length === 0) return;
+    if (!connection.healthy()) return connection.recordUnavailable('json');
+    const guard = connection.guardFor('json');
+    if (!guard || !connection.canSend() || budget?.sharedTierSpent) return;
+    const px = Math.ceil(ttlMs);
+    const sealed = values.map(([key, value]) => {
+      const jsonKey = connection.jsonKey(namespace, key);
+      return [jsonKey, encodeValue(Buffer.from(JSON.stringify(value)), guard, jsonKey)] as const;
+    });
+    await connection.call('json', (c) => Promise.all(sealed.map(([jsonKey, stored]) => c.set(jsonKey, stored, 'PX', px))), budget);
+  }
 }

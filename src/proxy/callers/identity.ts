@@ -46,6 +46,8 @@ export interface SharedStore {
     options?: { budget?: SharedTierBudget | undefined; isValid?: (value: unknown) => boolean },
   ): Promise<T | undefined>;
   setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void>;
+  /** Several values of one namespace at once: one call, at most one timeout. */
+  setJsonMany(namespace: string, values: readonly (readonly [key: string, value: unknown])[], ttlMs: number, budget?: SharedTierBudget): Promise<void>;
 }
 
 /** The lock role (shared-fill.ts) over a namespace of the shared store, values read back as `isValid` accepts (RedisSharedStore). */
