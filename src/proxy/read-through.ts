@@ -420,7 +420,7 @@ export class ReadThrough {
     if (priority !== 'client' && (answer === 'unauthorized' || answer === 'forbidden' || answer === 'not-found')) access.afterRefusal(answered, res.status);
     if (answer === 'ok') this.o.renewIdentity?.(who.authorization, caller, askedAt, d);
     if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: caller.credentialId } };
-    const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d));
+    const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d), d);
     // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
     const projectId = d.gate === 'member' ? d.projectId : d.gate === 'project' ? projectOf(entry) : undefined;
     if (projectId !== undefined) this.o.projects.renew(caller.userId, projectId, askedAt, d);
@@ -448,7 +448,7 @@ export class ReadThrough {
     const area = d.canonical.op.area;
     if (area !== null) this.o.grants.earn(d.caller.userId, placement.projectId, area, askedAt, d);
     this.o.refreshers?.seen(placement.projectId, d.caller, d.authorization, this.o.now());
-    void this.o.cache.set(placement.key, makeEntry(d.canonical, res, this.o.policy, this.o.now(), undefined), d);
+    void this.o.cache.set(placement.key, makeEntry(d.canonical, res, this.o.policy, this.o.now(), undefined, d), d);
   }
 
   /** Learns from a browser's answer; true when it was asked for every origin's entry (`|origin=*`) and varies after all. */

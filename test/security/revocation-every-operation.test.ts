@@ -132,30 +132,25 @@ const pathOf = (id: OperationId): string => makePath(getOperation(id), pathIds);
  * Whose entry answers a hit: the project's shared one ends its Cache-Status with `; key=project`
  * on a replica sharing by project (`cache.sharing: project`, every replica's default under
  * `npm run test:project`); the caller's own, and any answer of a replica sharing by user, say no
- * scope. `either`: a replica sharing by project may answer from either (see answeredFrom).
+ * scope.
  */
-type Answer = 'the project’s' | 'the caller’s own' | 'either';
+type Answer = 'the project’s' | 'the caller’s own';
 
 /** The Cache-Status of a hit from `p`'s memory, the answer being `answer`. */
 function memoryHit(p: TestProxy, answer: Answer): RegExp {
-  const suffix = p.config.cache.sharing !== 'project' || answer === 'the caller’s own' ? '' : answer === 'either' ? '(?:; key=project)?' : '; key=project';
+  const suffix = p.config.cache.sharing === 'project' && answer === 'the project’s' ? '; key=project' : '';
   return new RegExp(`^tm-cache; hit;.*detail=memory${suffix}$`);
 }
 
 /**
  * Whose entry answers the repeat of an operation on a replica that filled it once, sharing by
- * project: the project's when the path names it; the caller's own for GET /projects (many
- * projects) and for a run's results asked before the run was seen (its project not known).
- * A single run, milestone, session or source is filled in the caller's own scope (its project not
- * known yet); its answer names the project, so the repeat is decided in the project's scope and
- * may be answered from the project's entry or from the caller's own fill: what this test holds
- * is that neither outlives the revocation, so either is accepted.
+ * project: the project's when the path names it, or when the first answer named it (a single run,
+ * milestone, session or source: filled in the caller's own scope, its project not known yet, and
+ * stored in the project's as well once its answer told it); the caller's own for GET /projects
+ * (many projects) and for a run's results asked before the run was seen (nothing tells its project).
  */
 function answeredFrom(id: OperationId): Answer {
-  const op = getOperation(id);
-  if (op.pathIds.includes('project_id')) return 'the project’s';
-  if (id === 'listProjects' || id === 'listRunResults') return 'the caller’s own';
-  return 'either';
+  return id === 'listProjects' || id === 'listRunResults' ? 'the caller’s own' : 'the project’s';
 }
 
 /** The project's id among those a GET /projects answer lists. */
