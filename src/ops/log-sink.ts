@@ -44,6 +44,17 @@ export interface LogSinkOptions {
   readonly now?: () => number;
 }
 
+/**
+ * A writer that keeps its lines aside and hands them in when the sink is about to write them
+ * (access-log.ts: the access log formats its lines in batches, off the request's path).
+ */
+export interface LineProducer {
+  /** Has it lines waiting? */
+  pending(): boolean;
+  /** Hands every waiting line to `append`, in order. */
+  drain(append: (line: string) => void): void;
+}
+
 const INITIAL_BYTES = 64 * 1024;
 const RETRY_MS = 10;
 
@@ -66,6 +77,7 @@ export class LogSink {
   /** The descriptor is a regular file (or /dev/null): written synchronously, see above. */
   readonly #isFile: boolean;
   #streamError: Error | undefined;
+  #producer: LineProducer | undefined;
 
   constructor(fd: number, options: LogSinkOptions = {}) {
     this.#fd = fd;
@@ -93,6 +105,32 @@ export class LogSink {
   }
 
   write(line: string): boolean {
+    if (!this.#append(line)) return false;
+    this.#schedule();
+    return true;
+  }
+
+  /** Lines `producer` keeps aside are drained before every write and flush (one producer). */
+  produceFrom(producer: LineProducer): void {
+    this.#producer = producer;
+  }
+
+  /**
+   * The producer has lines waiting: they are drained now (it holds as many as it may), then
+   * written as lines handed in are, at once if that makes a batch, else within `maxDelayMs`.
+   */
+  absorb(): void {
+    this.#producer?.drain(this.#appendLine);
+    this.#schedule();
+  }
+
+  /** The producer's first waiting line: written within `maxDelayMs`, as a line handed in would be. */
+  wake(): void {
+    if (!this.#writing) this.#timer ??= setTimeout(this.#startLate, this.#maxDelayMs).unref();
+  }
+
+  /** Copies a line into the filling buffer; false when it is dropped (the reader fell behind). */
+  #append(line: string): boolean {
     // Worst case of UTF-8 from UTF-16: 3 bytes per code unit. Log lines are ASCII in practice.
     const room = line.length * 3;
     if (this.#length + room > this.#filling.length && !this.#grow(this.#length + room)) {
@@ -100,20 +138,29 @@ export class LogSink {
       return false;
     }
     this.#length += this.#filling.write(line, this.#length);
-    if (this.#writing) return true;
-    if (this.#length >= this.#minBytes) this.#start();
-    else this.#timer ??= setTimeout(this.#startLate, this.#maxDelayMs).unref();
     return true;
+  }
+
+  readonly #appendLine = (line: string): void => void this.#append(line);
+
+  #schedule(): void {
+    if (this.#writing) return;
+    if (this.#length >= this.#minBytes) this.#start();
+    else if (this.#length > 0) this.#timer ??= setTimeout(this.#startLate, this.#maxDelayMs).unref();
+  }
+
+  #waitingLines(): boolean {
+    return this.#length > 0 || this.#producer?.pending() === true;
   }
 
   readonly #startLate = (): void => {
     this.#timer = undefined;
-    if (!this.#writing && (this.#length > 0 || this.#dropped > 0)) this.#start();
+    if (!this.#writing && (this.#waitingLines() || this.#dropped > 0)) this.#start();
   };
 
   /** Calls back once every line handed in so far is written (or the descriptor failed). */
   flush(cb?: (err?: Error | null) => void): void {
-    if (!this.#writing && this.#length === 0) {
+    if (!this.#writing && !this.#waitingLines()) {
       cb?.();
       return;
     }
@@ -123,6 +170,7 @@ export class LogSink {
 
   /** For the very end (a crash): whatever is not written yet, written now, blocking. */
   flushSync(): void {
+    this.#producer?.drain(this.#appendLine);
     // A stream that failed has closed the descriptor: its number may belong to something else now.
     if (this.#length === 0 || this.#streamError !== undefined || this.#stream?.destroyed === true) return;
     try {
@@ -149,6 +197,7 @@ export class LogSink {
       clearTimeout(this.#timer);
       this.#timer = undefined;
     }
+    this.#producer?.drain(this.#appendLine);
     if (this.#dropped > 0) this.#noteDropped();
     const out = this.#filling;
     const length = this.#length;
@@ -209,8 +258,8 @@ export class LogSink {
       return;
     }
     // More came meanwhile: written at once if it is a batch or someone waits for it, else soon.
-    if (this.#length >= this.#minBytes || (this.#waiting.length > 0 && this.#length > 0) || this.#dropped > 0) this.#start();
-    else if (this.#length > 0) this.#timer ??= setTimeout(this.#startLate, this.#maxDelayMs).unref();
+    if (this.#length >= this.#minBytes || (this.#waiting.length > 0 && this.#waitingLines()) || this.#dropped > 0) this.#start();
+    else if (this.#waitingLines()) this.#timer ??= setTimeout(this.#startLate, this.#maxDelayMs).unref();
     else this.#settle(null);
   }
 

@@ -293,14 +293,15 @@ const EXTRA: Scenario[] = [
   {
     name: 'ab:access-log',
     about:
-      'what the access log costs a memory hit: log.access off, on with stdout a drained pipe, a regular file, /dev/null (log level info; off and on back to back in each server, median of the rounds)',
+      'what the access log costs a memory hit, with stdout a drained pipe, a regular file, /dev/null (log level info; per destination two servers at once, one on and one off, swapped each round; median of the rounds, beside a control pair both off)',
     suite: false,
     needs: ['wrk'],
     build: true,
     run: async (ctx) => {
       const [em, page] = await withEmulator(ctx);
-      const rounds = ctx.options.number('rounds', 8, 3);
-      return runAbAccessLog(em, page, { sliceS: Math.max(1, Math.round(ctx.options.number('duration', 16, 3) / rounds)), rounds });
+      // Rounds go by twos, one each way (access-log-ab.ts).
+      const rounds = 2 * Math.ceil(ctx.options.number('rounds', 12, 2) / 2);
+      return runAbAccessLog(em, page, { sliceS: Math.max(1, Math.round(ctx.options.number('duration', 24, 3) / rounds)), rounds });
     },
   },
   {

@@ -8,6 +8,8 @@ import { closeSync, constants, mkdtempSync, openSync, readFileSync, readSync, rm
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import { AccessLog } from '../../src/ops/access-log.js';
 import { LogSink } from '../../src/ops/log-sink.js';
 import { until } from '../helpers/wait.js';
 
@@ -155,5 +157,87 @@ describe('LogSink', () => {
     await expect(flushed(sink)).rejects.toThrow(/EBADF/);
     // It goes on taking lines.
     expect(sink.write(line(2))).toBe(true);
+  });
+});
+
+describe('access lines kept aside (AccessLog over a LogSink)', () => {
+  /** A pino logger over a LogSink on a file, as `tm-cache serve` builds it, and its AccessLog. */
+  function logged(options: { maxDelayMs?: number } = {}) {
+    const path = join(tempDir(), 'log');
+    const fd = openSync(path, 'w');
+    fds.push(fd);
+    const sink = new LogSink(fd, options);
+    const logger = pino({ level: 'info', base: { pid: 1, hostname: 'h' } }, sink);
+    return { path, sink, logger, log: new AccessLog(logger), read: () => readFileSync(path, 'utf8').split('\n').filter(Boolean) };
+  }
+  const request = (log: AccessLog, i: number, extra: { userAgent?: string; upstreamMs?: number } = {}): void =>
+    log.request(
+      `req-${i}`,
+      'GET',
+      'listRuns',
+      `/api/v1/projects/1/runs?per_page=${i}&token=secret`,
+      200,
+      1.23456,
+      'hit',
+      'memory',
+      'user',
+      undefined,
+      undefined,
+      extra.upstreamMs,
+      7,
+      512,
+      undefined,
+      undefined,
+      '127.0.0.1',
+      extra.userAgent,
+      1_700_000_000_000 + i,
+    );
+
+  it('formats them as written at once would, in order, within maxDelayMs, never with the query', async () => {
+    const { log, read, path } = logged({ maxDelayMs: 20 });
+    request(log, 1, { userAgent: 'dash "board"/1.0' });
+    request(log, 2, { upstreamMs: 40.123 });
+    expect(readFileSync(path, 'utf8')).toBe('');
+    await until(() => read().length === 2, 2_000);
+    const [first, second] = read().map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(first).toEqual({
+      level: 30,
+      time: 1_700_000_000_001,
+      pid: 1,
+      hostname: 'h',
+      reqId: 'req-1',
+      method: 'GET',
+      op: 'listRuns',
+      path: '/api/v1/projects/1/runs',
+      status: 200,
+      ms: 1.23,
+      outcome: 'hit',
+      tier: 'memory',
+      scope: 'user',
+      user: 7,
+      bytes: 512,
+      client: '127.0.0.1',
+      userAgent: 'dash "board"/1.0',
+      msg: 'access',
+    });
+    expect(second).toMatchObject({ reqId: 'req-2', upstreamMs: 40.12, time: 1_700_000_000_002 });
+    expect(second).not.toHaveProperty('userAgent');
+    expect(read().join('\n')).not.toContain('secret');
+  });
+
+  it('keeps its place among other lines of the logger when a flush or a full batch writes them, and flushSync writes what waits', async () => {
+    const { log, read, sink, logger } = logged({ maxDelayMs: 60_000 });
+    for (let i = 0; i < 300; i++) request(log, i);
+    logger.warn('after 300 requests');
+    await flushed(sink);
+    const lines = read().map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines).toHaveLength(301);
+    const access = lines.filter((l) => l['msg'] === 'access');
+    expect(access.every((l, i) => l['reqId'] === `req-${i}`)).toBe(true);
+    // Two full batches of 128 went in before the warning; the last 44 with the flush, after it.
+    expect(lines.findIndex((l) => l['msg'] === 'after 300 requests')).toBe(256);
+    request(log, 300);
+    sink.flushSync();
+    expect(read().at(-1)).toContain('"reqId":"req-300"');
   });
 });
