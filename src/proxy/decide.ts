@@ -69,6 +69,8 @@ export interface Decision extends SharedTierBudget {
   readonly areas: number;
   /** `cache.sharing: project`, and the project of the resource this names (`run:7`) not known yet: answered in the caller's own scope meanwhile. */
   readonly unplaced: string | undefined;
+  /** A member without proof whose fill already waited on another replica's fill of the shared key: it does not wait again (read-through.ts). */
+  ownWaited: boolean;
   /** Set by the fill this request leads: how long the upstream took (ms), for its access log line. */
   upstreamMs: number | undefined;
 }
@@ -157,6 +159,7 @@ export function decide(
   into.projectId = projectId;
   into.areas = areas;
   into.unplaced = gate === 'project' && o.sharing === 'project' ? route.placedBy : undefined;
+  into.ownWaited = false;
   return into;
 }
 

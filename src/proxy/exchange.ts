@@ -55,6 +55,7 @@ export class Exchange implements Decision, RequestRecord, ForwardedRecord {
   projectId = 0;
   areas = 0;
   unplaced: string | undefined = undefined;
+  ownWaited = false;
 
   upstreamMs: number | undefined = undefined;
   sent = 0;

@@ -179,7 +179,7 @@ export class ReadThrough {
       case 'find-grants':
         return this.#findGrantsThenServe(d, found!);
       case 'fill-own':
-        return this.#ownOrFill(d, found, now, occasion);
+        return this.#ownOrFill(d, found, now);
       case 'fill':
       case 'fill-from-instance':
       case 'fill-unconfirmed':
@@ -223,11 +223,11 @@ export class ReadThrough {
    * key, their access confirmed as any user's, their fills coalesced across replicas on that key),
    * and Cache-Status, the access log and the fill say so.
    */
-  #ownOrFill(d: Decision, found: Found | undefined, now: number, occasion: Occasion): Served | Promise<Served> {
+  #ownOrFill(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
     const extra = d.areas & ~operationAreaMask(d.canonical);
     if (extra === 0 || d.ownKey === d.key || this.o.grants.isGranted(d.caller.userId, d.projectId, extra, now)) {
       this.o.sharing?.grantFill();
-      return this.#fillAndServe(d, found, now, 'fill-own', occasion);
+      return this.#fillAndServe(d, found, now, 'fill-own');
     }
     const own = d as DecisionSlots;
     own.gate = 'project';
@@ -255,11 +255,11 @@ export class ReadThrough {
   }
 
   /** A fill, as the verdict named it (judge.ts): whether another replica's entry may answer it, whether the caller's access is confirmed. */
-  async #fillAndServe(d: Decision, found: Found | undefined, now: number, how: FillVerdict, occasion: Occasion = 'lookup'): Promise<Served> {
+  async #fillAndServe(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
     const standing: Standing = how === 'fill-own' ? 'unproven' : how === 'fill-unconfirmed' ? 'unconfirmed' : 'confirmed';
-    // A member without proof waits on another replica's fill of the shared key once: then judged
-    // again (below), and filled under their own token if that fill did not prove them.
-    const job = this.#job(d, how, 'client', how === 'fill-own' && occasion !== 'stored-earlier');
+    // A member without proof waits on another replica's fill of the shared key once (`ownWaited`):
+    // then judged again (below), and filled under their own token if that fill did not prove them.
+    const job = this.#job(d, how, 'client', how === 'fill-own' && !d.ownWaited);
     const run = this.#filler.run(job);
     let result: FillResult<Unstored>;
     try {
@@ -294,6 +294,7 @@ export class ReadThrough {
    * longer waits. Served, it was collapsed into that fill (RFC 9211), not a hit.
    */
   async #afterOwnWait(d: Decision, entry: CacheEntry): Promise<Served> {
+    d.ownWaited = true;
     const served = await this.#act(d, { entry, tier: 'redis' }, this.o.now(), 'stored-earlier');
     return served.kind === 'entry' && served.entry === entry && served.outcome.kind === 'hit'
       ? { kind: 'entry', entry, outcome: COLLAPSED_INTO_REDIS_FILL }

@@ -185,6 +185,7 @@ function detached(d: Decision): Decision {
     projectId: d.projectId,
     areas: d.areas,
     unplaced: d.unplaced,
+    ownWaited: false,
     upstreamMs: undefined,
     sharedTierSpent: false,
   };
