@@ -20,7 +20,8 @@
 import { pino, type Logger } from 'pino';
 import type { LineProducer } from './log-sink.js';
 
-export interface AccessFields {
+/** A line's fields, as `logger.info` gets them from a logger without a reachable destination. */
+interface AccessFields {
   readonly reqId: string;
   readonly method: string;
   readonly op: string;
@@ -77,8 +78,11 @@ export class AccessLog implements LineProducer {
   /** The last User-Agent seen and its JSON (cut, escaped): a client sends the same one on every request. */
   #userAgent = '';
   #userAgentJson = '""';
-  /** Requests' fields kept aside (a batching destination), column by column. */
-  readonly #batch: Batch | undefined;
+  /**
+   * Requests' fields, column by column: kept aside until the sink drains them (a batching
+   * destination), else one line's, formatted at once.
+   */
+  readonly #batch: Batch;
 
   constructor(logger: Logger) {
     this.#logger = logger;
@@ -89,10 +93,9 @@ export class AccessLog implements LineProducer {
     // Only pino's plain JSON format (no formatters, no custom message key) is written directly.
     this.#stream = typeof stream?.write === 'function' && typeof bindings === 'string' ? stream : undefined;
     this.#bindings = typeof bindings === 'string' ? bindings : '';
-    if (this.#stream !== undefined && isBatching(this.#stream)) {
-      this.#batch = new Batch(this.#stream);
-      this.#stream.produceFrom(this);
-    }
+    const sink = this.#stream !== undefined && isBatching(this.#stream) ? this.#stream : undefined;
+    this.#batch = new Batch(sink === undefined ? 1 : BATCH_LINES, sink);
+    sink?.produceFrom(this);
   }
 
   /** False while the logger is above info (warn, error, silent...): nothing to build. */
@@ -100,39 +103,10 @@ export class AccessLog implements LineProducer {
     return this.#logger.isLevelEnabled('info');
   }
 
-  /** A line from its fields, formatted now (or kept aside, as `request` does, with a batching destination). */
-  write(f: AccessFields, time: number): void {
-    if (this.#stream === undefined) {
-      this.#logger.info({ ...f, userAgent: f.userAgent === undefined ? undefined : cut(f.userAgent) }, 'access');
-      return;
-    }
-    this.request(
-      f.reqId,
-      f.method,
-      f.op,
-      f.path,
-      f.status,
-      f.ms,
-      f.outcome,
-      f.tier,
-      f.scope,
-      f.detail,
-      f.upstreamStatus,
-      f.upstreamMs,
-      f.user,
-      f.bytes,
-      f.aborted,
-      f.refused,
-      f.client,
-      f.userAgent,
-      time,
-    );
-  }
-
   /**
-   * A request's line, from its fields as values: `target` is the request target (its query is
-   * cut here, never logged), `ms` and `upstreamMs` unrounded. With a batching destination the
-   * values are stored in columns (no object, no string built); else the line is written now.
+   * A request's line, from its fields as values (no object): `target` is the request target (its
+   * query is cut here, never logged), `ms` and `upstreamMs` unrounded. With a batching destination
+   * the values wait in columns and the line is formatted when the sink drains them; else now.
    */
   request(
     reqId: string,
@@ -149,150 +123,82 @@ export class AccessLog implements LineProducer {
     upstreamMs: number | undefined,
     user: number | undefined,
     bytes: number | undefined,
-    aborted: boolean | undefined,
+    aborted: boolean,
     refused: string | undefined,
     client: string | undefined,
     userAgent: string | undefined,
     time: number,
   ): void {
-    const batch = this.#batch;
-    if (batch === undefined) {
-      if (this.#stream === undefined) {
-        const fields: AccessFields = {
-          reqId,
-          method,
-          op,
-          path: pathOf(target),
-          status,
-          ms: round(ms),
-          outcome,
-          tier,
-          scope,
-          detail,
-          upstreamStatus,
-          upstreamMs: upstreamMs === undefined ? undefined : round(upstreamMs),
-          user,
-          bytes,
-          aborted,
-          refused,
-          client,
-          userAgent,
-        };
-        this.write(fields, time);
-        return;
-      }
-      this.#stream.write(
-        this.#format(
-          reqId,
-          method,
-          op,
-          target,
-          status,
-          ms,
-          outcome,
-          tier,
-          scope,
-          detail,
-          upstreamStatus,
-          upstreamMs,
-          user,
-          bytes,
-          aborted,
-          refused,
-          client,
-          userAgent,
-          time,
-        ),
-      );
+    const stream = this.#stream;
+    if (stream === undefined) {
+      const fields: AccessFields = {
+        reqId,
+        method,
+        op,
+        path: pathOf(target),
+        status,
+        ms: round(ms),
+        outcome,
+        tier,
+        scope,
+        detail,
+        upstreamStatus,
+        upstreamMs: upstreamMs === undefined ? undefined : round(upstreamMs),
+        user,
+        bytes,
+        aborted: aborted || undefined,
+        refused,
+        client,
+        userAgent: userAgent === undefined ? undefined : cut(userAgent),
+      };
+      this.#logger.info(fields, 'access');
       return;
     }
-    const i = batch.n++;
-    batch.reqId[i] = reqId;
-    batch.method[i] = method;
-    batch.op[i] = op;
-    batch.target[i] = target;
-    batch.status[i] = status;
-    batch.ms[i] = ms;
-    batch.outcome[i] = outcome;
-    batch.tier[i] = tier;
-    batch.scope[i] = scope;
-    batch.detail[i] = detail;
-    batch.upstreamStatus[i] = upstreamStatus ?? -1;
-    batch.upstreamMs[i] = upstreamMs ?? NaN;
-    batch.user[i] = user ?? -1;
-    batch.bytes[i] = bytes ?? -1;
-    batch.aborted[i] = aborted === true ? 1 : 0;
-    batch.refused[i] = refused;
-    batch.client[i] = client;
-    batch.userAgent[i] = userAgent;
-    batch.time[i] = time;
-    if (i === 0) batch.sink.wake();
-    else if (batch.n === BATCH_LINES) batch.sink.absorb();
+    const b = this.#batch;
+    const i = b.n++;
+    b.reqId[i] = reqId;
+    b.method[i] = method;
+    b.op[i] = op;
+    b.target[i] = target;
+    b.status[i] = status;
+    b.ms[i] = ms;
+    b.outcome[i] = outcome;
+    b.tier[i] = tier;
+    b.scope[i] = scope;
+    b.detail[i] = detail;
+    b.upstreamStatus[i] = upstreamStatus ?? -1;
+    b.upstreamMs[i] = upstreamMs ?? NaN;
+    b.user[i] = user ?? -1;
+    b.bytes[i] = bytes ?? -1;
+    b.aborted[i] = aborted ? 1 : 0;
+    b.refused[i] = refused;
+    b.client[i] = client;
+    b.userAgent[i] = userAgent;
+    b.time[i] = time;
+    const sink = b.sink;
+    if (sink === undefined) {
+      b.n = 0;
+      stream.write(this.#format(0));
+    } else if (i === 0) sink.wake();
+    else if (b.n === BATCH_LINES) sink.absorb();
   }
 
   /** LineProducer: lines kept aside? */
   pending(): boolean {
-    return this.#batch !== undefined && this.#batch.n > 0;
+    return this.#batch.n > 0;
   }
 
   /** LineProducer: the lines kept aside, formatted, in order. */
   drain(append: (line: string) => void): void {
-    const b = this.#batch;
-    if (b === undefined) return;
-    const n = b.n;
-    b.n = 0;
-    for (let i = 0; i < n; i++) {
-      const upstreamStatus = b.upstreamStatus[i]!;
-      const upstreamMs = b.upstreamMs[i]!;
-      const user = b.user[i]!;
-      const bytes = b.bytes[i]!;
-      append(
-        this.#format(
-          b.reqId[i]!,
-          b.method[i]!,
-          b.op[i]!,
-          b.target[i]!,
-          b.status[i]!,
-          b.ms[i]!,
-          b.outcome[i]!,
-          b.tier[i],
-          b.scope[i],
-          b.detail[i],
-          upstreamStatus < 0 ? undefined : upstreamStatus,
-          Number.isNaN(upstreamMs) ? undefined : upstreamMs,
-          user < 0 ? undefined : user,
-          bytes < 0 ? undefined : bytes,
-          b.aborted[i] === 1,
-          b.refused[i],
-          b.client[i],
-          b.userAgent[i],
-          b.time[i]!,
-        ),
-      );
-    }
+    const n = this.#batch.n;
+    this.#batch.n = 0;
+    for (let i = 0; i < n; i++) append(this.#format(i));
   }
 
-  #format(
-    reqId: string,
-    method: string,
-    op: string,
-    target: string,
-    status: number,
-    ms: number,
-    outcome: string,
-    tier: string | undefined,
-    scope: string | undefined,
-    detail: string | undefined,
-    upstreamStatus: number | undefined,
-    upstreamMs: number | undefined,
-    user: number | undefined,
-    bytes: number | undefined,
-    aborted: boolean | undefined,
-    refused: string | undefined,
-    client: string | undefined,
-    userAgent: string | undefined,
-    time: number,
-  ): string {
+  /** The line of the request in slot `i` of the columns. */
+  #format(i: number): string {
+    const b = this.#batch;
+    const time = b.time[i]!;
     if (time !== this.#time) {
       this.#time = time;
       this.#head = `{"level":30,"time":${time}${this.#bindings},"reqId":`;
@@ -301,17 +207,27 @@ export class AccessLog implements LineProducer {
     // capitals), the operation a catalogue name, the outcome, tier and scope names of this code,
     // the client address the kernel's. Whatever a client chose (request id, path, User-Agent,
     // refused parameters) is escaped.
-    let line = `${this.#head}${str(reqId)},"method":"${method}","op":"${op}","path":${str(pathOf(target))},"status":${status},"ms":${round(ms)},"outcome":"${outcome}"`;
+    let line = `${this.#head}${str(b.reqId[i]!)},"method":"${b.method[i]!}","op":"${b.op[i]!}","path":${str(pathOf(b.target[i]!))},"status":${b.status[i]!},"ms":${round(b.ms[i]!)},"outcome":"${b.outcome[i]!}"`;
+    const tier = b.tier[i];
     if (tier !== undefined) line += `,"tier":"${tier}"`;
+    const scope = b.scope[i];
     if (scope !== undefined) line += `,"scope":"${scope}"`;
+    const detail = b.detail[i];
     if (detail !== undefined) line += `,"detail":${str(detail)}`;
-    if (upstreamStatus !== undefined) line += `,"upstreamStatus":${upstreamStatus}`;
-    if (upstreamMs !== undefined) line += `,"upstreamMs":${round(upstreamMs)}`;
-    if (user !== undefined) line += `,"user":${user}`;
-    if (bytes !== undefined) line += `,"bytes":${bytes}`;
-    if (aborted) line += ',"aborted":true';
+    const upstreamStatus = b.upstreamStatus[i]!;
+    if (upstreamStatus >= 0) line += `,"upstreamStatus":${upstreamStatus}`;
+    const upstreamMs = b.upstreamMs[i]!;
+    if (!Number.isNaN(upstreamMs)) line += `,"upstreamMs":${round(upstreamMs)}`;
+    const user = b.user[i]!;
+    if (user >= 0) line += `,"user":${user}`;
+    const bytes = b.bytes[i]!;
+    if (bytes >= 0) line += `,"bytes":${bytes}`;
+    if (b.aborted[i] === 1) line += ',"aborted":true';
+    const refused = b.refused[i];
     if (refused !== undefined) line += `,"refused":${str(refused)}`;
+    const client = b.client[i];
     if (client !== undefined) line += `,"client":"${client}"`;
+    const userAgent = b.userAgent[i];
     if (userAgent !== undefined) {
       if (userAgent !== this.#userAgent) {
         this.#userAgent = userAgent;
@@ -323,30 +239,56 @@ export class AccessLog implements LineProducer {
   }
 }
 
-/** The columns of the lines kept aside: strings as references, numbers unboxed (-1 or NaN: absent). */
+/** The columns of the requests' fields: strings as references, numbers unboxed (-1 or NaN: absent). */
 class Batch {
   n = 0;
-  readonly reqId: string[] = new Array<string>(BATCH_LINES).fill('');
-  readonly method: string[] = new Array<string>(BATCH_LINES).fill('');
-  readonly op: string[] = new Array<string>(BATCH_LINES).fill('');
-  readonly target: string[] = new Array<string>(BATCH_LINES).fill('');
-  readonly outcome: string[] = new Array<string>(BATCH_LINES).fill('');
-  readonly tier: (string | undefined)[] = new Array<string | undefined>(BATCH_LINES).fill(undefined);
-  readonly scope: (string | undefined)[] = new Array<string | undefined>(BATCH_LINES).fill(undefined);
-  readonly detail: (string | undefined)[] = new Array<string | undefined>(BATCH_LINES).fill(undefined);
-  readonly refused: (string | undefined)[] = new Array<string | undefined>(BATCH_LINES).fill(undefined);
-  readonly client: (string | undefined)[] = new Array<string | undefined>(BATCH_LINES).fill(undefined);
-  readonly userAgent: (string | undefined)[] = new Array<string | undefined>(BATCH_LINES).fill(undefined);
-  readonly status = new Int32Array(BATCH_LINES);
-  readonly upstreamStatus = new Int32Array(BATCH_LINES);
-  readonly user = new Float64Array(BATCH_LINES);
-  readonly bytes = new Float64Array(BATCH_LINES);
-  readonly aborted = new Uint8Array(BATCH_LINES);
-  readonly ms = new Float64Array(BATCH_LINES);
-  readonly upstreamMs = new Float64Array(BATCH_LINES);
-  readonly time = new Float64Array(BATCH_LINES);
+  readonly reqId: string[];
+  readonly method: string[];
+  readonly op: string[];
+  readonly target: string[];
+  readonly outcome: string[];
+  readonly tier: (string | undefined)[];
+  readonly scope: (string | undefined)[];
+  readonly detail: (string | undefined)[];
+  readonly refused: (string | undefined)[];
+  readonly client: (string | undefined)[];
+  readonly userAgent: (string | undefined)[];
+  readonly status: Int32Array;
+  readonly upstreamStatus: Int32Array;
+  readonly user: Float64Array;
+  readonly bytes: Float64Array;
+  readonly aborted: Uint8Array;
+  readonly ms: Float64Array;
+  readonly upstreamMs: Float64Array;
+  readonly time: Float64Array;
 
-  constructor(readonly sink: BatchingDestination) {}
+  constructor(
+    size: number,
+    /** The batching destination that drains them; none: each line is formatted at once. */
+    readonly sink: BatchingDestination | undefined,
+  ) {
+    const strings = (): string[] => new Array<string>(size).fill('');
+    const maybe = (): (string | undefined)[] => new Array<string | undefined>(size).fill(undefined);
+    this.reqId = strings();
+    this.method = strings();
+    this.op = strings();
+    this.target = strings();
+    this.outcome = strings();
+    this.tier = maybe();
+    this.scope = maybe();
+    this.detail = maybe();
+    this.refused = maybe();
+    this.client = maybe();
+    this.userAgent = maybe();
+    this.status = new Int32Array(size);
+    this.upstreamStatus = new Int32Array(size);
+    this.user = new Float64Array(size);
+    this.bytes = new Float64Array(size);
+    this.aborted = new Uint8Array(size);
+    this.ms = new Float64Array(size);
+    this.upstreamMs = new Float64Array(size);
+    this.time = new Float64Array(size);
+  }
 }
 
 function isBatching(stream: Destination): stream is BatchingDestination {

@@ -14,7 +14,7 @@ import type { EntryGate } from '../proxy/decide.js';
 import type { Logger } from 'pino';
 import type { CacheOutcome } from '../cache/outcome.js';
 import type { Config } from '../config/schema.js';
-import { AccessLog, pathOf } from './access-log.js';
+import { AccessLog } from './access-log.js';
 import type { Metrics } from './metrics.js';
 import type { RequestStats } from './stats.js';
 
@@ -114,7 +114,7 @@ export class Recorder {
       upstreamMs,
       userId,
       sent,
-      undefined,
+      false,
       refused,
       req.socket.remoteAddress,
       req.headers['user-agent'],
@@ -139,22 +139,25 @@ export class Recorder {
     }
     if (!this.#logs(status >= 500)) return;
     const length = res.getHeader('content-length');
-    this.#log.write(
-      {
-        reqId: r.requestId,
-        method: req.method!,
-        op: operation,
-        path: pathOf(req.url),
-        status,
-        ms: round(seconds * 1_000),
-        outcome,
-        upstreamStatus: upstream?.status,
-        upstreamMs: upstream === undefined ? undefined : round(upstream.ms),
-        bytes: length === undefined ? undefined : Number(length),
-        aborted: !res.writableFinished,
-        client,
-        userAgent: req.headers['user-agent'],
-      },
+    this.#log.request(
+      r.requestId,
+      req.method!,
+      operation,
+      req.url ?? '',
+      status,
+      seconds * 1_000,
+      outcome,
+      undefined,
+      undefined,
+      undefined,
+      upstream?.status,
+      upstream?.ms,
+      undefined,
+      length === undefined ? undefined : Number(length),
+      !res.writableFinished,
+      undefined,
+      client,
+      req.headers['user-agent'],
       t,
     );
   }
@@ -165,10 +168,6 @@ export class Recorder {
     return error || accessSample >= 1 || Math.random() < accessSample;
   }
 }
-
-const round = (ms: number): number => Math.round(ms * 100) / 100;
-
-export { pathOf } from './access-log.js';
 
 /** The kind of scope a gate reads (decide.ts), as the access log names it. */
 function scopeOfGate(gate: EntryGate | undefined): string | undefined {

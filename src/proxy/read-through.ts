@@ -257,9 +257,7 @@ export class ReadThrough {
   /** A fill, as the verdict named it (judge.ts): whether another replica's entry may answer it, whether the caller's access is confirmed. */
   async #fillAndServe(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
     const standing: Standing = how === 'fill-own' ? 'unproven' : how === 'fill-unconfirmed' ? 'unconfirmed' : 'confirmed';
-    // A member without proof waits on another replica's fill of the shared key once (`ownWaited`):
-    // then judged again (below), and filled under their own token if that fill did not prove them.
-    const job = this.#job(d, how, 'client', how === 'fill-own' && !d.ownWaited);
+    const job = this.#job(d, how);
     const run = this.#filler.run(job);
     let result: FillResult<Unstored>;
     try {
@@ -364,14 +362,15 @@ export class ReadThrough {
    * chooses. A 200 renews the proofs of whoever's credential got it: their identity, their
    * confirmation of the project the answer reveals, their grant for the operation's area.
    */
-  #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client', waitsOnShared = false): FillJob<Unstored> {
+  #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client'): FillJob<Unstored> {
     // A member without proof coalesces here only with their own requests; across replicas it may
-    // wait on the shared key's fill (`waitsOnShared`), whose entry is then judged (#afterOwnWait).
+    // wait on the shared key's fill once per request (`ownWaited`), and what it waited for is then
+    // judged (#afterOwnWait).
     const own = how === 'fill-own';
     return {
       key: d.key,
       fillKey: own ? d.ownKey : d.fillKey,
-      lockKey: own ? (waitsOnShared ? d.key : undefined) : undefined,
+      lockKey: own && !d.ownWaited ? d.key : undefined,
       shareable: d.mayRead && !own,
       acceptStored: how === 'fill',
       budget: d,

@@ -186,7 +186,7 @@ describe('access lines kept aside (AccessLog over a LogSink)', () => {
       extra.upstreamMs,
       7,
       512,
-      undefined,
+      false,
       undefined,
       '127.0.0.1',
       extra.userAgent,

@@ -77,16 +77,8 @@ export class RedisSharedStore {
   }
 
   /** Stores `value` for `ttlMs`; never rejects; sends nothing once `budget` is spent. */
-  async setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void> {
-    const connection = this.#connection;
-    if (!(ttlMs > 0)) return;
-    // Checked before sealing: no point encrypting for a connection that is down.
-    if (!connection.healthy()) return connection.recordUnavailable('json');
-    const guard = connection.guardFor('json');
-    if (!guard || !connection.canSend() || budget?.sharedTierSpent) return;
-    const jsonKey = connection.jsonKey(namespace, key);
-    const stored = encodeValue(Buffer.from(JSON.stringify(value)), guard, jsonKey);
-    await connection.call('json', (c) => c.set(jsonKey, stored, 'PX', Math.ceil(ttlMs)), budget);
+  setJson(namespace: string, key: string, value: unknown, ttlMs: number, budget?: SharedTierBudget): Promise<void> {
+    return this.setJsonMany(namespace, [[key, value]], ttlMs, budget);
   }
 
   /**
@@ -98,6 +90,7 @@ export class RedisSharedStore {
   async setJsonMany(namespace: string, values: readonly (readonly [key: string, value: unknown])[], ttlMs: number, budget?: SharedTierBudget): Promise<void> {
     const connection = this.#connection;
     if (!(ttlMs > 0) || values.length === 0) return;
+    // Checked before sealing: no point encrypting for a connection that is down.
     if (!connection.healthy()) return connection.recordUnavailable('json');
     const guard = connection.guardFor('json');
     if (!guard || !connection.canSend() || budget?.sharedTierSpent) return;

@@ -13,7 +13,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { makeErrorBody } from '../../api/errors.js';
-import { pathOf } from '../../ops/recorder.js';
+import { pathOf } from '../../ops/access-log.js';
 import type { Handler } from '../pipeline.js';
 
 /** `.` or `..` as a whole segment, plain or percent-encoded; or a slash that is not a plain `/`. */
