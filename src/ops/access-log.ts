@@ -3,22 +3,24 @@
  * (`{"level":30,"time":…,"pid":…,"hostname":…, fields…, "msg":"access"}`), so that log
  * processors see one format. Built by hand because it is written for every request, hits
  * included: pino's generic serializer costs several microseconds per line, more than the rest
- * of a memory hit's bookkeeping; a line built from known fields costs a fraction of that.
- * Strings from the request (path, request id) are escaped as JSON; absent fields are left out.
- * `tm-cache serve` writes through a LogSink (log-sink.ts), where a line costs a copy into a buffer.
+ * of a memory hit's bookkeeping. Strings from the request (path, request id, User-Agent) are
+ * escaped as JSON; absent fields are left out.
  *
- * There, a request's line is not even formatted on its path: its fields (strings it already has,
- * numbers) are kept in columns, and the lines are formatted in batches when the sink is about to
- * write (at most `maxDelayMs` later) or the columns are full. Formatting a line while the request's
- * own work has the caches measured several times what a batch costs per line (the same code, hot).
- * Access lines may then follow, by a few milliseconds, a warning logged after them; each carries
- * its own time.
+ * With `tm-cache serve`'s LogSink (log-sink.ts), a request's line is not even formatted on its
+ * path: its fields (strings it already has, numbers) are kept in columns, and the lines are written
+ * in batches, as bytes straight into the sink's buffer, when the sink is about to write (at most
+ * `maxDelayMs` later) or the columns are full. No string or object is made for a line: the fields
+ * that repeat from one line to the next (the millisecond, method and operation, path, status,
+ * outcome, client and User-Agent) are copied as the bytes the last line made of them, the rest
+ * written byte by byte. Access lines may then follow, by a few milliseconds, a warning logged after
+ * them; each carries its own time. What it costs a memory hit, per destination, is measured by the
+ * bench's `ab:access-log`.
  *
  * A logger without a reachable destination (a custom one) gets the same fields through
- * `logger.info`.
+ * `logger.info`; a destination that takes strings (not a LogSink) gets each line at once.
  */
 import { pino, type Logger } from 'pino';
-import type { LineProducer } from './log-sink.js';
+import type { LineBytes, LineProducer } from './log-sink.js';
 
 /** A line's fields, as `logger.info` gets them from a logger without a reachable destination. */
 interface AccessFields {
@@ -63,26 +65,38 @@ interface BatchingDestination extends Destination {
 /** Request lines kept aside before they are formatted: at most this many (then formatted at once). */
 const BATCH_LINES = 128;
 
-/** Characters that need no escaping inside a JSON string: printable ASCII but `"` and `\`. */
-const PLAIN = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
-
-const str = (s: string): string => (PLAIN.test(s) ? `"${s}"` : JSON.stringify(s));
-
 export class AccessLog implements LineProducer {
   readonly #logger: Logger;
   readonly #stream: Destination | undefined;
-  readonly #bindings: string;
-  /** The line's start up to the request id, for the millisecond `#time`: lines of one millisecond share it. */
-  #time = -1;
-  #head = '';
-  /** The last User-Agent seen and its JSON (cut, escaped): a client sends the same one on every request. */
-  #userAgent = '';
-  #userAgentJson = '""';
+  /** pino's bindings (`,"pid":…,"hostname":…`), as the bytes every line carries after its time. */
+  readonly #bindings: Uint8Array;
   /**
    * Requests' fields, column by column: kept aside until the sink drains them (a batching
    * destination), else one line's, formatted at once.
    */
   readonly #batch: Batch;
+  /** The value of pino's level info (a line is written at it). */
+  readonly #info: number;
+  /** Where a line formatted at once is written before it is made a string (other destinations). */
+  #scratch: Buffer = Buffer.alloc(0);
+  /** The runs of fields repeated from the last line that had them (`#write`), and what made them. */
+  #headTime = -1;
+  #head: Buffer = EMPTY;
+  #method = '';
+  #op = '';
+  #methodOp: Buffer = EMPTY;
+  #target = '';
+  #path: Buffer = EMPTY;
+  #status = -1;
+  #statusMs: Buffer = EMPTY;
+  #outcome = '';
+  #tier: string | undefined;
+  #scope: string | undefined;
+  #outcomeTierScope: Buffer = EMPTY;
+  #client: string | undefined = '';
+  #userAgent: string | undefined = '';
+  #clientEnd: Buffer = EMPTY;
+  #segmentScratch: Buffer = EMPTY;
 
   constructor(logger: Logger) {
     this.#logger = logger;
@@ -92,15 +106,16 @@ export class AccessLog implements LineProducer {
     const bindings = target[symbols['chindingsSym']!];
     // Only pino's plain JSON format (no formatters, no custom message key) is written directly.
     this.#stream = typeof stream?.write === 'function' && typeof bindings === 'string' ? stream : undefined;
-    this.#bindings = typeof bindings === 'string' ? bindings : '';
+    this.#bindings = Buffer.from(typeof bindings === 'string' ? bindings : '');
     const sink = this.#stream !== undefined && isBatching(this.#stream) ? this.#stream : undefined;
     this.#batch = new Batch(sink === undefined ? 1 : BATCH_LINES, sink);
     sink?.produceFrom(this);
+    this.#info = logger.levels.values['info'] ?? 30;
   }
 
   /** False while the logger is above info (warn, error, silent...): nothing to build. */
   get enabled(): boolean {
-    return this.#logger.isLevelEnabled('info');
+    return this.#logger.levelVal <= this.#info;
   }
 
   /**
@@ -178,7 +193,7 @@ export class AccessLog implements LineProducer {
     const sink = b.sink;
     if (sink === undefined) {
       b.n = 0;
-      stream.write(this.#format(0));
+      stream.write(this.#formatted(0));
     } else if (i === 0) sink.wake();
     else if (b.n === BATCH_LINES) sink.absorb();
   }
@@ -188,54 +203,142 @@ export class AccessLog implements LineProducer {
     return this.#batch.n > 0;
   }
 
-  /** LineProducer: the lines kept aside, formatted, in order. */
-  drain(append: (line: string) => void): void {
+  /** LineProducer: the lines kept aside, written into the sink's buffer, in order. */
+  drain(into: LineBytes): void {
     const n = this.#batch.n;
     this.#batch.n = 0;
-    for (let i = 0; i < n; i++) append(this.#format(i));
+    for (let i = 0; i < n; i++) {
+      const at = into.reserve(this.#bound(i));
+      if (at !== -1) into.commit(this.#write(into.buffer, at, i));
+    }
   }
 
-  /** The line of the request in slot `i` of the columns. */
-  #format(i: number): string {
+  /** The line of slot `i`, as a string (a destination that takes strings). */
+  #formatted(i: number): string {
+    const bound = this.#bound(i);
+    if (this.#scratch.length < bound) this.#scratch = Buffer.allocUnsafe(Math.max(bound, 1024));
+    return this.#scratch.toString('utf8', 0, this.#write(this.#scratch, 0, i));
+  }
+
+  /**
+   * The most bytes the line of slot `i` can take: its fixed parts and numbers (at most 24 bytes
+   * each), and 6 bytes per character of its strings (`\uXXXX`, the longest escape).
+   */
+  #bound(i: number): number {
+    const b = this.#batch;
+    const chars =
+      b.reqId[i]!.length +
+      b.method[i]!.length +
+      b.op[i]!.length +
+      b.target[i]!.length +
+      b.outcome[i]!.length +
+      (b.tier[i]?.length ?? 0) +
+      (b.scope[i]?.length ?? 0) +
+      (b.detail[i]?.length ?? 0) +
+      (b.refused[i]?.length ?? 0) +
+      (b.client[i]?.length ?? 0) +
+      Math.min(b.userAgent[i]?.length ?? 0, MAX_USER_AGENT_CHARS);
+    return FIXED_BYTES + this.#bindings.length + 6 * chars;
+  }
+
+  /**
+   * Writes the line of slot `i` into `buf` from `at` (room for `#bound(i)` bytes); returns where it
+   * ends. pino's format, field for field what `JSON.stringify` of the fields would give, but ASCII:
+   * a character outside printable ASCII is written as its `\uXXXX` escape (equal JSON). Every string
+   * is escaped, whoever chose it; the path is the target up to its query (a query is never logged),
+   * the User-Agent at most `MAX_USER_AGENT_CHARS` characters. No string or object is made.
+   *
+   * The runs of fields that repeat from line to line (the time and bindings; method and operation;
+   * status; outcome, tier and scope; client and User-Agent) are kept as bytes from the last line
+   * that had them and copied whole (one memmove), not written again character by character: most
+   * of a busy proxy's lines share them with the line before.
+   */
+  #write(buf: Buffer, at: number, i: number): number {
     const b = this.#batch;
     const time = b.time[i]!;
-    if (time !== this.#time) {
-      this.#time = time;
-      this.#head = `{"level":30,"time":${time}${this.#bindings},"reqId":`;
+    if (time !== this.#headTime) {
+      // A new millisecond: its digits written over the last one's (as many, for the next 260 years).
+      if (digits(time) === digits(this.#headTime)) putInt(this.#head, K_HEAD.length, time);
+      else
+        this.#head = this.#segment(FIXED_BYTES + this.#bindings.length, (s) =>
+          putBytes(s, putBytes(s, putInt(s, putBytes(s, 0, K_HEAD), time), this.#bindings), K_REQ_ID),
+        );
+      this.#headTime = time;
     }
-    // Not escaped, as they cannot need it: the method is one node's HTTP parser knows (a token of
-    // capitals), the operation a catalogue name, the outcome, tier and scope names of this code,
-    // the client address the kernel's. Whatever a client chose (request id, path, User-Agent,
-    // refused parameters) is escaped.
-    let line = `${this.#head}${str(b.reqId[i]!)},"method":"${b.method[i]!}","op":"${b.op[i]!}","path":${str(pathOf(b.target[i]!))},"status":${b.status[i]!},"ms":${round(b.ms[i]!)},"outcome":"${b.outcome[i]!}"`;
+    at = copy(buf, at, this.#head);
+    at = putString(buf, at, b.reqId[i]!, b.reqId[i]!.length);
+    const method = b.method[i]!;
+    const op = b.op[i]!;
+    if (method !== this.#method || op !== this.#op) {
+      this.#method = method;
+      this.#op = op;
+      this.#methodOp = this.#segment(FIXED_BYTES + 6 * (method.length + op.length), (s) =>
+        putBytes(s, putString(s, putBytes(s, putString(s, putBytes(s, 0, K_METHOD), method, method.length), K_OP), op, op.length), K_PATH),
+      );
+    }
+    at = copy(buf, at, this.#methodOp);
+    const target = b.target[i]!;
+    // A poller asks the same target again and again.
+    if (target !== this.#target) {
+      this.#target = target;
+      this.#path = this.#segment(2 + 6 * target.length, (s) => putPath(s, 0, target));
+    }
+    at = copy(buf, at, this.#path);
+    const status = b.status[i]!;
+    if (status !== this.#status) {
+      this.#status = status;
+      this.#statusMs = this.#segment(FIXED_BYTES, (s) => putBytes(s, putInt(s, putBytes(s, 0, K_STATUS), status), K_MS));
+    }
+    at = copy(buf, at, this.#statusMs);
+    at = putMs(buf, at, b.ms[i]!);
+    const outcome = b.outcome[i]!;
     const tier = b.tier[i];
-    if (tier !== undefined) line += `,"tier":"${tier}"`;
     const scope = b.scope[i];
-    if (scope !== undefined) line += `,"scope":"${scope}"`;
-    const detail = b.detail[i];
-    if (detail !== undefined) line += `,"detail":${str(detail)}`;
-    const upstreamStatus = b.upstreamStatus[i]!;
-    if (upstreamStatus >= 0) line += `,"upstreamStatus":${upstreamStatus}`;
-    const upstreamMs = b.upstreamMs[i]!;
-    if (!Number.isNaN(upstreamMs)) line += `,"upstreamMs":${round(upstreamMs)}`;
-    const user = b.user[i]!;
-    if (user >= 0) line += `,"user":${user}`;
-    const bytes = b.bytes[i]!;
-    if (bytes >= 0) line += `,"bytes":${bytes}`;
-    if (b.aborted[i] === 1) line += ',"aborted":true';
-    const refused = b.refused[i];
-    if (refused !== undefined) line += `,"refused":${str(refused)}`;
-    const client = b.client[i];
-    if (client !== undefined) line += `,"client":"${client}"`;
-    const userAgent = b.userAgent[i];
-    if (userAgent !== undefined) {
-      if (userAgent !== this.#userAgent) {
-        this.#userAgent = userAgent;
-        this.#userAgentJson = str(cut(userAgent));
-      }
-      line += `,"userAgent":${this.#userAgentJson}`;
+    if (outcome !== this.#outcome || tier !== this.#tier || scope !== this.#scope) {
+      this.#outcome = outcome;
+      this.#tier = tier;
+      this.#scope = scope;
+      this.#outcomeTierScope = this.#segment(FIXED_BYTES + 6 * (outcome.length + (tier?.length ?? 0) + (scope?.length ?? 0)), (s) => {
+        let n = putString(s, putBytes(s, 0, K_OUTCOME), outcome, outcome.length);
+        if (tier !== undefined) n = putString(s, putBytes(s, n, K_TIER), tier, tier.length);
+        if (scope !== undefined) n = putString(s, putBytes(s, n, K_SCOPE), scope, scope.length);
+        return n;
+      });
     }
-    return `${line},"msg":"access"}\n`;
+    at = copy(buf, at, this.#outcomeTierScope);
+    const detail = b.detail[i];
+    if (detail !== undefined) at = putString(buf, putBytes(buf, at, K_DETAIL), detail, detail.length);
+    const upstreamStatus = b.upstreamStatus[i]!;
+    if (upstreamStatus >= 0) at = putInt(buf, putBytes(buf, at, K_UPSTREAM_STATUS), upstreamStatus);
+    const upstreamMs = b.upstreamMs[i]!;
+    if (!Number.isNaN(upstreamMs)) at = putMs(buf, putBytes(buf, at, K_UPSTREAM_MS), upstreamMs);
+    const user = b.user[i]!;
+    if (user >= 0) at = putInt(buf, putBytes(buf, at, K_USER), user);
+    const bytes = b.bytes[i]!;
+    if (bytes >= 0) at = putInt(buf, putBytes(buf, at, K_BYTES), bytes);
+    if (b.aborted[i] === 1) at = putBytes(buf, at, K_ABORTED);
+    const refused = b.refused[i];
+    if (refused !== undefined) at = putString(buf, putBytes(buf, at, K_REFUSED), refused, refused.length);
+    const client = b.client[i];
+    const userAgent = b.userAgent[i];
+    // Compared by value: each connection has its own address string, each request its own User-Agent.
+    if (client !== this.#client || userAgent !== this.#userAgent) {
+      this.#client = client;
+      this.#userAgent = userAgent;
+      this.#clientEnd = this.#segment(FIXED_BYTES + 6 * ((client?.length ?? 0) + Math.min(userAgent?.length ?? 0, MAX_USER_AGENT_CHARS)), (s) => {
+        let n = 0;
+        if (client !== undefined) n = putString(s, putBytes(s, n, K_CLIENT), client, client.length);
+        if (userAgent !== undefined) n = putString(s, putBytes(s, n, K_USER_AGENT), userAgent, Math.min(userAgent.length, MAX_USER_AGENT_CHARS));
+        return putBytes(s, n, K_END);
+      });
+    }
+    return copy(buf, at, this.#clientEnd);
+  }
+
+  /** A run of fields as bytes of its own, written by `write` from 0 (at most `bound` bytes). */
+  #segment(bound: number, write: (into: Buffer) => number): Buffer {
+    if (this.#segmentScratch.length < bound) this.#segmentScratch = Buffer.allocUnsafe(bound);
+    return Buffer.from(this.#segmentScratch.subarray(0, write(this.#segmentScratch)));
   }
 }
 
@@ -306,3 +409,137 @@ export function pathOf(url: string | undefined): string {
 }
 
 const cut = (userAgent: string): string => (userAgent.length > MAX_USER_AGENT_CHARS ? userAgent.slice(0, MAX_USER_AGENT_CHARS) : userAgent);
+
+/** A line's fixed parts as bytes: every key, with the punctuation around it. */
+const ascii = (text: string): Uint8Array => Buffer.from(text, 'latin1');
+const K_HEAD = ascii('{"level":30,"time":');
+const K_REQ_ID = ascii(',"reqId":');
+const K_METHOD = ascii(',"method":');
+const K_OP = ascii(',"op":');
+const K_PATH = ascii(',"path":');
+const K_STATUS = ascii(',"status":');
+const K_MS = ascii(',"ms":');
+const K_OUTCOME = ascii(',"outcome":');
+const K_TIER = ascii(',"tier":');
+const K_SCOPE = ascii(',"scope":');
+const K_DETAIL = ascii(',"detail":');
+const K_UPSTREAM_STATUS = ascii(',"upstreamStatus":');
+const K_UPSTREAM_MS = ascii(',"upstreamMs":');
+const K_USER = ascii(',"user":');
+const K_BYTES = ascii(',"bytes":');
+const K_ABORTED = ascii(',"aborted":true');
+const K_REFUSED = ascii(',"refused":');
+const K_CLIENT = ascii(',"client":');
+const K_USER_AGENT = ascii(',"userAgent":');
+const K_END = ascii(',"msg":"access"}\n');
+/** Every fixed part of a line, and 24 bytes for each of its numbers (7): more than any line's share. */
+const FIXED_BYTES =
+  [K_HEAD, K_REQ_ID, K_METHOD, K_OP, K_PATH, K_STATUS, K_MS, K_OUTCOME, K_TIER, K_SCOPE, K_DETAIL, K_UPSTREAM_STATUS, K_UPSTREAM_MS, K_USER, K_BYTES]
+    .concat([K_ABORTED, K_REFUSED, K_CLIENT, K_USER_AGENT, K_END])
+    .reduce((sum, k) => sum + k.length + 2, 0) +
+  7 * 24;
+
+const EMPTY: Buffer = Buffer.alloc(0);
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const HEX = ascii('0123456789abcdef');
+
+/** A run of bytes, copied whole (one memmove: cheaper than a loop past a dozen bytes). */
+function copy(buf: Uint8Array, at: number, bytes: Uint8Array): number {
+  buf.set(bytes, at);
+  return at + bytes.length;
+}
+
+function putBytes(buf: Uint8Array, at: number, bytes: Uint8Array): number {
+  const n = bytes.length;
+  for (let k = 0; k < n; k++) buf[at + k] = bytes[k]!;
+  return at + n;
+}
+
+/** `s`'s first `n` characters as a JSON string (quoted, escaped; ASCII). */
+function putString(buf: Uint8Array, at: number, s: string, n: number): number {
+  buf[at++] = QUOTE;
+  for (let k = 0; k < n; k++) {
+    const c = s.charCodeAt(k);
+    if (c >= 0x20 && c < 0x7f && c !== QUOTE && c !== BACKSLASH) buf[at++] = c;
+    else at = putEscape(buf, at, c);
+  }
+  buf[at++] = QUOTE;
+  return at;
+}
+
+/** A request target's path (up to its query or fragment) as a JSON string. */
+function putPath(buf: Uint8Array, at: number, target: string): number {
+  let n = 0;
+  const length = target.length;
+  while (n < length) {
+    const c = target.charCodeAt(n);
+    if (c === 0x3f || c === 0x23) break; // ? #
+    n++;
+  }
+  return putString(buf, at, target, n);
+}
+
+/** A character that a JSON string cannot hold as it is, or that is not ASCII: its escape. */
+function putEscape(buf: Uint8Array, at: number, c: number): number {
+  buf[at++] = BACKSLASH;
+  if (c === QUOTE || c === BACKSLASH) buf[at++] = c;
+  else if (c === 0x0a)
+    buf[at++] = 0x6e; // \n
+  else if (c === 0x0d)
+    buf[at++] = 0x72; // \r
+  else if (c === 0x09)
+    buf[at++] = 0x74; // \t
+  else {
+    buf[at++] = 0x75; // \uXXXX
+    buf[at++] = HEX[(c >> 12) & 15]!;
+    buf[at++] = HEX[(c >> 8) & 15]!;
+    buf[at++] = HEX[(c >> 4) & 15]!;
+    buf[at++] = HEX[c & 15]!;
+  }
+  return at;
+}
+
+/** How many digits `putInt` writes for `n` (a whole number ≥ 0; else 0). */
+function digits(n: number): number {
+  if (!(n >= 0)) return 0;
+  let count = 1;
+  for (let p = 10; p <= n; p *= 10) count++;
+  return count;
+}
+
+/** A whole number as JSON writes it (up to 2^53); anything else (never expected) as `String(n)` would. */
+function putInt(buf: Uint8Array, at: number, n: number): number {
+  if (!(n >= 0 && n <= Number.MAX_SAFE_INTEGER && Math.floor(n) === n)) return putAscii(buf, at, JSON.stringify(n));
+  let end = at + 1;
+  for (let p = 10; p <= n; p *= 10) end++;
+  let k = end;
+  do {
+    const q = Math.floor(n / 10);
+    buf[--k] = 0x30 + (n - q * 10);
+    n = q;
+  } while (n > 0);
+  return end;
+}
+
+/** Milliseconds rounded to hundredths, as JSON writes `Math.round(ms * 100) / 100` (`1.2`, `0.05`, `3`). */
+function putMs(buf: Uint8Array, at: number, ms: number): number {
+  const hundredths = Math.round(ms * 100);
+  if (!(hundredths >= 0 && hundredths <= Number.MAX_SAFE_INTEGER)) return putAscii(buf, at, JSON.stringify(round(ms)));
+  const whole = Math.floor(hundredths / 100);
+  at = putInt(buf, at, whole);
+  const fraction = hundredths - whole * 100;
+  if (fraction !== 0) {
+    const tenths = Math.floor(fraction / 10);
+    buf[at++] = 0x2e; // .
+    buf[at++] = 0x30 + tenths;
+    if (fraction !== tenths * 10) buf[at++] = 0x30 + (fraction - tenths * 10);
+  }
+  return at;
+}
+
+/** Text known to be ASCII (a number's JSON), byte for byte. */
+function putAscii(buf: Uint8Array, at: number, text: string): number {
+  for (let k = 0; k < text.length; k++) buf[at++] = text.charCodeAt(k);
+  return at;
+}

@@ -6,7 +6,8 @@
  * included, and sonic-boom's asynchronous mode costs ~3 µs per line (string bookkeeping, and a
  * string handed to `fs.write` that node must encode again), and each write is a round trip through
  * libuv's thread pool (a wake-up, a syscall, a completion) that a busy proxy would pay thousands
- * of times a second. Here a line is copied into a preallocated Buffer (~0.3 µs), and the buffer is
+ * of times a second. Here a line is copied into a preallocated Buffer (~0.3 µs; the access log
+ * writes its lines into it as bytes, with no string at all: `LineProducer`), and the buffer is
  * written once it holds `minBytes` or its oldest line is `maxDelayMs` old: a few hundred writes a
  * second at most, whatever the request rate; a quiet proxy's lines appear within `maxDelayMs`.
  *
@@ -45,20 +46,34 @@ export interface LogSinkOptions {
 }
 
 /**
- * A writer that keeps its lines aside and hands them in when the sink is about to write them
- * (access-log.ts: the access log formats its lines in batches, off the request's path).
+ * A writer that keeps its lines aside and writes them when the sink is about to write them
+ * (access-log.ts: the access log formats its lines in batches, off the request's path), as bytes
+ * straight into the sink's buffer: no string is made for them.
  */
 export interface LineProducer {
   /** Has it lines waiting? */
   pending(): boolean;
-  /** Hands every waiting line to `append`, in order. */
-  drain(append: (line: string) => void): void;
+  /** Writes every waiting line into `into`, in order. */
+  drain(into: LineBytes): void;
+}
+
+/** Where a LineProducer writes: the sink's filling buffer, one line at a time. */
+export interface LineBytes {
+  /**
+   * Room for a line of at most `bytes` bytes: the offset in `buffer` it starts at, or -1 when there
+   * is none (the reader fell more than `maxBytes` behind): the line is dropped, and counted.
+   */
+  reserve(bytes: number): number;
+  /** The filling buffer, as `reserve` left it (it may have grown). */
+  readonly buffer: Buffer;
+  /** The line reserved last ends at `end` (exclusive). */
+  commit(end: number): void;
 }
 
 const INITIAL_BYTES = 64 * 1024;
 const RETRY_MS = 10;
 
-export class LogSink {
+export class LogSink implements LineBytes {
   readonly #fd: number;
   readonly #maxBytes: number;
   readonly #now: () => number;
@@ -120,7 +135,7 @@ export class LogSink {
    * written as lines handed in are, at once if that makes a batch, else within `maxDelayMs`.
    */
   absorb(): void {
-    this.#producer?.drain(this.#appendLine);
+    this.#producer?.drain(this);
     this.#schedule();
   }
 
@@ -132,16 +147,29 @@ export class LogSink {
   /** Copies a line into the filling buffer; false when it is dropped (the reader fell behind). */
   #append(line: string): boolean {
     // Worst case of UTF-8 from UTF-16: 3 bytes per code unit. Log lines are ASCII in practice.
-    const room = line.length * 3;
-    if (this.#length + room > this.#filling.length && !this.#grow(this.#length + room)) {
-      this.#dropped++;
-      return false;
-    }
+    if (this.reserve(line.length * 3) === -1) return false;
     this.#length += this.#filling.write(line, this.#length);
     return true;
   }
 
-  readonly #appendLine = (line: string): void => void this.#append(line);
+  /** LineBytes: room for `bytes` more at the end of the filling buffer (grown if it may). */
+  reserve(bytes: number): number {
+    if (this.#length + bytes > this.#filling.length && !this.#grow(this.#length + bytes)) {
+      this.#dropped++;
+      return -1;
+    }
+    return this.#length;
+  }
+
+  /** LineBytes: the filling buffer. */
+  get buffer(): Buffer {
+    return this.#filling;
+  }
+
+  /** LineBytes: the line reserved last was written up to `end`. */
+  commit(end: number): void {
+    this.#length = end;
+  }
 
   #schedule(): void {
     if (this.#writing) return;
@@ -170,7 +198,7 @@ export class LogSink {
 
   /** For the very end (a crash): whatever is not written yet, written now, blocking. */
   flushSync(): void {
-    this.#producer?.drain(this.#appendLine);
+    this.#producer?.drain(this);
     // A stream that failed has closed the descriptor: its number may belong to something else now.
     if (this.#length === 0 || this.#streamError !== undefined || this.#stream?.destroyed === true) return;
     try {
@@ -197,7 +225,7 @@ export class LogSink {
       clearTimeout(this.#timer);
       this.#timer = undefined;
     }
-    this.#producer?.drain(this.#appendLine);
+    this.#producer?.drain(this);
     if (this.#dropped > 0) this.#noteDropped();
     const out = this.#filling;
     const length = this.#length;

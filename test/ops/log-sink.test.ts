@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { closeSync, constants, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
 import { AccessLog } from '../../src/ops/access-log.js';
@@ -157,6 +158,9 @@ describe('LogSink', () => {
     await expect(flushed(sink)).rejects.toThrow(/EBADF/);
     // It goes on taking lines.
     expect(sink.write(line(2))).toBe(true);
+    // ... and fails it too, before the descriptor is closed: a write due later would land in
+    // whatever file takes the descriptor's number next.
+    await expect(flushed(sink)).rejects.toThrow(/EBADF/);
   });
 });
 
@@ -223,6 +227,137 @@ describe('access lines kept aside (AccessLog over a LogSink)', () => {
     expect(second).toMatchObject({ reqId: 'req-2', upstreamMs: 40.12, time: 1_700_000_000_002 });
     expect(second).not.toHaveProperty('userAgent');
     expect(read().join('\n')).not.toContain('secret');
+  });
+
+  it('writes whatever a client chose as valid JSON equal to the fields, through the sink and at once: escapes, non-ASCII, long values, numbers', async () => {
+    // A seeded generator: the same 600 requests every run.
+    let seed = 42;
+    const random = (): number => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+    const pieces = [
+      'a',
+      'Z',
+      '/',
+      '-',
+      ' ',
+      '"',
+      '\\',
+      '\n',
+      '\r',
+      '\t',
+      '\u0000',
+      '\u001f',
+      '\u007f',
+      'é',
+      '€',
+      '\u2028',
+      '😀',
+      '\ud83d',
+      '\udc00',
+      '%22',
+      '<',
+    ];
+    const text = (max: number): string => Array.from({ length: Math.floor(random() * max) }, () => pick(pieces)).join('');
+    const msOf = (): number => pick([0, 0.004, 0.005, 0.015, 1.005, 2.5, 0.1, 10, 99.999, 123_456.789, random() * 10, random() * 100_000]);
+    const sinkLines = logged({ maxDelayMs: 10 });
+    const atOnce: string[] = [];
+    const direct = new AccessLog(
+      pino({ level: 'info', base: { pid: 1, hostname: 'h' } }, new Writable({ write: (chunk, _e, cb) => void (atOnce.push(String(chunk)), cb()) })),
+    );
+    const expected: Record<string, unknown>[] = [];
+    let last = { target: '', userAgent: undefined as string | undefined };
+    for (let i = 0; i < 600; i++) {
+      const f = {
+        reqId: text(12) || 'r',
+        method: pick(['GET', 'HEAD', 'POST']),
+        op: pick(['listRuns', 'getRun', 'unknown']),
+        // Half the targets and User-Agents repeat the last one's (a poller's), by value, not by reference.
+        target: random() < 0.5 && i > 0 ? `${last.target}` : `/api/v1/${text(30)}${pick(['', '?q=secret&x=1', '#frag', '?'])}`,
+        status: pick([200, 304, 422, 503]),
+        ms: msOf(),
+        outcome: pick(['hit', 'miss', 'stale']),
+        tier: pick([undefined, 'memory', 'redis']),
+        scope: pick([undefined, 'user', 'project']),
+        detail: pick([undefined, text(20)]),
+        upstreamStatus: pick([undefined, 0, 200, 429]),
+        upstreamMs: pick([undefined, msOf()]),
+        user: pick([undefined, 0, 7, 123_456_789]),
+        bytes: pick([undefined, 0, 87_400, 2 ** 40]),
+        aborted: random() < 0.2,
+        refused: pick([undefined, 'per_page', text(10)]),
+        client: pick([undefined, '127.0.0.1', '::ffff:10.0.0.1']),
+        userAgent: random() < 0.5 && i > 0 ? last.userAgent?.concat('') : pick([undefined, text(40), text(400), 'x'.repeat(300)]),
+        // Mostly a clock's milliseconds (13 digits), now and then a fake clock's few.
+        time: i % 7 === 3 ? i : 1_700_000_000_000 + (i >> 2),
+      };
+      last = f;
+      for (const log of [sinkLines.log, direct]) {
+        log.request(
+          f.reqId,
+          f.method,
+          f.op,
+          f.target,
+          f.status,
+          f.ms,
+          f.outcome,
+          f.tier,
+          f.scope,
+          f.detail,
+          f.upstreamStatus,
+          f.upstreamMs,
+          f.user,
+          f.bytes,
+          f.aborted,
+          f.refused,
+          f.client,
+          f.userAgent,
+          f.time,
+        );
+      }
+      const round = (ms: number): number => Math.round(ms * 100) / 100;
+      // What JSON.stringify of the fields gives, parsed: absent fields left out.
+      expected.push(
+        JSON.parse(
+          JSON.stringify({
+            level: 30,
+            time: f.time,
+            pid: 1,
+            hostname: 'h',
+            reqId: f.reqId,
+            method: f.method,
+            op: f.op,
+            path: f.target.replace(/[?#].*$/s, ''),
+            status: f.status,
+            ms: round(f.ms),
+            outcome: f.outcome,
+            tier: f.tier,
+            scope: f.scope,
+            detail: f.detail,
+            upstreamStatus: f.upstreamStatus,
+            upstreamMs: f.upstreamMs === undefined ? undefined : round(f.upstreamMs),
+            user: f.user,
+            bytes: f.bytes,
+            aborted: f.aborted || undefined,
+            refused: f.refused,
+            client: f.client,
+            userAgent: f.userAgent?.slice(0, 256),
+            msg: 'access',
+          }),
+        ) as Record<string, unknown>,
+      );
+    }
+    await until(() => sinkLines.read().length === 600, 2_000);
+    for (const lines of [sinkLines.read().map((l) => `${l}\n`), atOnce]) {
+      expect(lines).toHaveLength(600);
+      lines.forEach((l, i) => {
+        expect(l.endsWith('}\n')).toBe(true);
+        expect(/^[\x20-\x7e]*\n$/.test(l), l).toBe(true); // ASCII, one line
+        expect(JSON.parse(l), l).toEqual(expected[i]);
+        // Numbers as JavaScript writes them (`1.01`, never `1.0100000000000002` or `1.010`).
+        expect(l).toContain(`"ms":${String(expected[i]!['ms'])},`);
+      });
+      expect(lines.join('')).not.toContain('secret');
+    }
   });
 
   it('keeps its place among other lines of the logger when a flush or a full batch writes them, and flushSync writes what waits', async () => {
