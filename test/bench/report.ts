@@ -58,9 +58,10 @@ export function maxCheck(name: string, value: number | undefined, max: number): 
 
 /** A check's figure as the summary prints it (and the README's generated table shows it). */
 export function formatValue(c: Check): string {
-  // From JSON a missing figure is absent (undefined) or null (NaN).
+  // From JSON a missing figure is absent (undefined) or null (NaN). A few µs keep their hundredths:
+  // a figure beside a target of 2 µs must not read 2 when it is 2.4.
   if (typeof c.value !== 'number') return 'skipped';
-  return `${Number.isInteger(c.value) ? String(c.value) : fmt(c.value, c.unit === 'µs' ? 0 : c.unit ? 3 : 2)}${c.unit ? ` ${c.unit}` : ''}`;
+  return `${Number.isInteger(c.value) ? String(c.value) : fmt(c.value, c.unit === 'µs' ? (Math.abs(c.value) < 10 ? 2 : 0) : c.unit ? 3 : 2)}${c.unit ? ` ${c.unit}` : ''}`;
 }
 
 export function verdict(c: Check): 'PASS' | 'FAIL' | 'info' | 'SKIP' {
