@@ -258,7 +258,8 @@ export class AccessLog implements LineProducer {
     const time = numbers[v + N_TIME]!;
     if (time !== this.#headTime) {
       // A new millisecond: its digits written over the last one's (as many, for the next 260 years).
-      if (digits(time) === digits(this.#headTime)) putInt(this.#head, K_HEAD.length, time);
+      const count = digits(time);
+      if (count !== 0 && count === digits(this.#headTime)) putInt(this.#head, K_HEAD.length, time);
       else
         this.#head = this.#segment(FIXED_BYTES + this.#bindings.length, (s) =>
           putBytes(s, putBytes(s, putInt(s, putBytes(s, 0, K_HEAD), time), this.#bindings), K_REQ_ID),
@@ -490,9 +491,9 @@ function putEscape(buf: Uint8Array, at: number, c: number): number {
   return at;
 }
 
-/** How many digits `putInt` writes for `n` (a whole number ≥ 0; else 0). */
+/** How many digits `putInt` writes for `n`, a whole number from 0 to 2^53; anything else 0. */
 function digits(n: number): number {
-  if (!(n >= 0)) return 0;
+  if (!(n >= 0 && n <= Number.MAX_SAFE_INTEGER && Math.floor(n) === n)) return 0;
   let count = 1;
   for (let p = 10; p <= n; p *= 10) count++;
   return count;

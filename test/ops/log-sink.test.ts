@@ -287,8 +287,8 @@ describe('access lines kept aside (AccessLog over a LogSink)', () => {
         refused: pick([undefined, 'per_page', text(10)]),
         client: pick([undefined, '127.0.0.1', '::ffff:10.0.0.1']),
         userAgent: random() < 0.5 && i > 0 ? last.userAgent?.concat('') : pick([undefined, text(40), text(400), 'x'.repeat(300)]),
-        // Mostly a clock's milliseconds (13 digits), now and then a fake clock's few.
-        time: i % 7 === 3 ? i : 1_700_000_000_000 + (i >> 2),
+        // Mostly a clock's milliseconds (13 digits), now and then a fake clock's few, or a fraction.
+        time: i % 7 === 3 ? i : i % 13 === 4 ? i + 0.5 : 1_700_000_000_000 + (i >> 2),
       };
       last = f;
       for (const log of [sinkLines.log, direct]) {
