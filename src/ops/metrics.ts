@@ -324,7 +324,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     : undefined;
   const budgetTokens = new LabelledFamily(
     'tm_cache_upstream_budget_tokens_total',
-    "Tokens of the fleet's upstream budget taken by this replica, by priority (client, background, ahead): one per upstream request.",
+    "Tokens of the fleet's upstream budget taken by this replica, by priority (client, unverified, background, ahead): one per upstream request.",
     'counter',
     ['priority'],
     [],
@@ -554,7 +554,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
       gauge(
         'tm_cache_upstream_budget_queued',
         'Requests waiting for a budget token, every priority.',
-        (s) => s.queued.client + s.queued.background + s.queued.ahead,
+        (s) => s.queued.client + s.queued.unverified + s.queued.background + s.queued.ahead,
       );
       gauge(
         'tm_cache_upstream_budget_shared',

@@ -30,6 +30,7 @@ import { ProjectAccess, userProjectTag } from './callers/access-confirmation.js'
 import { IdentityResolver, type IdentityLookupResult, type SharedLocks, type SharedStore } from './callers/identity.js';
 import { forwardOnly } from './passthrough/forwarding.js';
 import { passthroughRequestLogger, registerPassthrough } from './passthrough/proxy.js';
+import { budgeted } from './passthrough/budgeted.js';
 import { exchangeOf } from './exchange.js';
 import { keysOnOrigin } from './decide.js';
 import { OriginKeying } from './origin-keying.js';
@@ -71,8 +72,12 @@ export interface ProxyDeps {
   readonly onIdentityLookup?: ((result: IdentityLookupResult) => void) | undefined;
   /** Told of each passthrough answer's status, or failure (upstream health). */
   readonly onPassthroughAnswer?: ((status: number | undefined, error?: string) => void) | undefined;
-  /** The fleet's upstream budget (fleet-budget.ts): told of passthrough 429s; refresh-ahead waits out its pauses. */
-  readonly budget?: Pick<FleetBudget, 'onRateLimited' | 'pausedForMs'> | undefined;
+  /**
+   * The fleet's upstream budget (fleet-budget.ts): every passthrough request takes a token from it
+   * (passthrough/budgeted.ts), and its 429s pause it; refresh-ahead waits out its pauses.
+   * Absent (unit tests): passthrough requests are forwarded unbudgeted, as fills are then.
+   */
+  readonly budget?: Pick<FleetBudget, 'acquire' | 'onRateLimited' | 'pausedForMs'> | undefined;
   /** What sharing by project did (metrics, status page). */
   readonly sharing?: SharingEvents | undefined;
   /** Registers the sizes of the pipeline's memos, read at scrape time (metrics.ts). */
@@ -110,8 +115,7 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
   const requestLogger = passthroughRequestLogger(deps.logger) as FastifyBaseLogger;
   const app = fastify({
     serverFactory: (handler) => {
-      const forward = forwardOnly(config.upstream.forwardPrefixes, handler, deps.logger);
-      parts = makePipeline(config, deps, policy, now, forward);
+      parts = makePipeline(config, deps, policy, now, handler);
       const pipeline = parts.pipeline;
       // While closing, fastify answers everything (503 for new requests: return503OnClosing).
       const listener: RequestListener = (req, res) => (closing ? handler(req, res) : pipeline.handle(req, res));
@@ -180,8 +184,11 @@ interface PipelineParts {
   readonly grants: AreaGrants;
 }
 
-/** The parts of the pipeline, wired: identity, access rules, the read-through and the route memo. */
-function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, now: () => number, forward: Handler): PipelineParts {
+/**
+ * The parts of the pipeline, wired: identity, access rules, the read-through and the route memo;
+ * `passthrough` (fastify's handler) behind the forwarding rules, then the budget.
+ */
+function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, now: () => number, passthrough: Handler): PipelineParts {
   const gate = new RetryAfterGate(config.upstream.defaultRetryAfterMs, config.upstream.maxRetryAfterMs);
   const identity = new IdentityResolver({
     onLookup: deps.onIdentityLookup,
@@ -195,6 +202,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     refusedMaxBytes: config.identity.refusedMaxBytes,
     hmacSecret: deps.hmacSecret,
     upstream: deps.identityUpstream ?? deps.upstream,
+    knownUpstream: deps.upstream,
     shared: deps.shared,
     sharedLocks: deps.sharedLocks,
     retryAfter: gate,
@@ -259,6 +267,13 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     onBackgroundError: (err, key) =>
       deps.logger.warn({ err: err instanceof Error ? err.message : String(err), ...describeKey(key) }, 'background refresh failed'),
   });
+  // A path that is not forwarded is refused before it takes a token; one that is waits for its token.
+  const verifiedUser = (authorization: string): number | undefined => identity.peek(authorization, now())?.userId;
+  const forward = forwardOnly(
+    config.upstream.forwardPrefixes,
+    deps.budget === undefined ? passthrough : budgeted(passthrough, { budget: deps.budget, verifiedUser }),
+    deps.logger,
+  );
   const routes = new RouteMemo(config.server.routeMemoMaxBytes);
   deps.watchMemos?.(() => {
     const { headers, refused } = identity.stats();

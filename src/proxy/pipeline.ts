@@ -184,7 +184,7 @@ export class Pipeline {
     x.operation = route.kind === 'cacheable' ? route.req.op.id : 'invalid';
     try {
       // The exchange is this request's allowance for waiting on Redis (budget.ts), from the identity lookup to the fill lock.
-      const result = await identity.resolve(authorization, x);
+      const result = await identity.resolve(authorization, x, x.req.socket.remoteAddress);
       x.t = this.#o.now();
       if (result.kind === 'caller') return this.#withCaller(x, route, result.caller, authorization, unmemoized);
       const refused: Served = {

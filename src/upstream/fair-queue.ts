@@ -9,8 +9,12 @@
  * moves it to the back of the turns, O(1) per turn.
  */
 
-/** Whose share a request takes: a user id, or undefined for requests made on nobody's behalf. */
-export type LaneCaller = number | undefined;
+/**
+ * Whose share a request takes: a user id; a string for a requester not verified as a user (a
+ * passthrough request's credential or client address, an unknown credential's client address:
+ * see callers/requester.ts); undefined for requests made on nobody's behalf.
+ */
+export type LaneCaller = number | string | undefined;
 
 export class FairQueue<T> {
   /** Callers with at least one waiter, in turn order, each with its waiters in arrival order. */

@@ -11,9 +11,11 @@
  * - A 429 from the instance (`onRateLimited`) pauses this replica at once and the whole fleet
  *   through the shared bucket, which every replica reads with its next lease (not per request);
  *   the fleet then resumes at a lower rate and climbs back (budget-store.ts: AIMD).
- * - Priorities: `client` (a client waits for it: fills, and the identity and access look-ups of
- *   waiting clients) before `background` (refreshes of stale entries) before `ahead`
- *   (refresh-ahead). A token goes to the highest priority waiting; a request never takes a token
+ * - Priorities: `client` (a known caller waits for it: fills, access look-ups, the renewal of an
+ *   identity seen before, a passthrough request under a credential this replica verified) before
+ *   `unverified` (the first look-up of a credential never seen, a passthrough request under one)
+ *   before `background` (refreshes of stale entries) before `ahead` (refresh-ahead): junk
+ *   credentials never make a known caller wait. A token goes to the highest priority waiting; a request never takes a token
  *   at once while one of its priority or higher waits.
  * - Fairness: within a priority, waiters are served round-robin between callers (fair-queue.ts,
  *   as the fair lane's slots), and one caller may hold at most `maxPerCaller` waiters: a caller's
@@ -38,14 +40,15 @@
  * takes its fallback share, refilled from the first of them, on top of what the others lease
  * meanwhile (one lease answered late costs nothing extra); a request that finds every slot of
  * its lane busy (fair-lane.ts: `upstream.maxConcurrent` in flight) waits for one after taking its
- * token; passthrough requests take no token.
+ * token. Passthrough requests (writes, uncached paths) take a token like any other
+ * (passthrough/budgeted.ts).
  */
 import { FairQueue, type LaneCaller } from './fair-queue.js';
 import { LEASE_TTL_MS, MemoryBudgetStore, type BudgetShape, type BudgetStore, type LeaseReply, type LeaseRequest, type PauseReply } from './budget-store.js';
 
-export type BudgetPriority = 'client' | 'background' | 'ahead';
+export type BudgetPriority = 'client' | 'unverified' | 'background' | 'ahead';
 /** Highest first: the order tokens go to waiters in. */
-const BUDGET_PRIORITIES: readonly BudgetPriority[] = ['client', 'background', 'ahead'];
+export const BUDGET_PRIORITIES: readonly BudgetPriority[] = ['client', 'unverified', 'background', 'ahead'];
 
 /** Where this replica's tokens come from: the fleet's shared bucket, its fallback share (Redis down), or its own (no Redis). */
 export type BudgetMode = 'shared' | 'fallback' | 'local';
@@ -240,8 +243,14 @@ export class FleetBudget {
   }
 
   snapshot(): BudgetSnapshot {
-    const [client, background, ahead] = this.#queues.map((q) => q.size) as [number, number, number];
-    return { mode: this.#mode, rateRps: this.#rateRps, pausedMs: this.pausedForMs(), tokensAtHand: this.#tokens, queued: { client, background, ahead } };
+    const [client, unverified, background, ahead] = this.#queues.map((q) => q.size) as [number, number, number, number];
+    return {
+      mode: this.#mode,
+      rateRps: this.#rateRps,
+      pausedMs: this.pausedForMs(),
+      tokensAtHand: this.#tokens,
+      queued: { client, unverified, background, ahead },
+    };
   }
 
   /** Refuses every waiter (`closed`) and stops asking the bucket. */
@@ -283,7 +292,9 @@ export class FleetBudget {
   }
 
   #waiting(): number {
-    return this.#queues[0]!.size + this.#queues[1]!.size + this.#queues[2]!.size;
+    let waiting = 0;
+    for (const queue of this.#queues) waiting += queue.size;
+    return waiting;
   }
 
   #waitingUpTo(rank: number): boolean {

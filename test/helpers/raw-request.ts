@@ -11,9 +11,12 @@ export interface RawResponse {
   readonly text: string;
 }
 
-/** A POST with body `{}` to `target`, as written. */
+/**
+ * A POST with body `{}` to `target`, as written, with a credential (tm-cache answers an API
+ * request without one 401 itself: passthrough/budgeted.ts).
+ */
 export function sendRaw(proxyUrl: string, target: string): Promise<RawResponse> {
-  return sendRawRequest(proxyUrl, 'POST', target, {}, '{}');
+  return sendRawRequest(proxyUrl, 'POST', target, { authorization: 'Bearer raw-request' }, '{}');
 }
 
 /**

@@ -19,7 +19,7 @@ import { ReadThrough, type Found, type ReadCache } from '../../src/proxy/read-th
 import { RetryAfterGate } from '../../src/proxy/callers/retry-after.js';
 import { resolveRoute, type CacheableRoute } from '../../src/proxy/route-memo.js';
 import type { Served } from '../../src/proxy/respond/served.js';
-import { UpstreamError, type Upstream, type UpstreamResponse } from '../../src/upstream/client.js';
+import { UpstreamError, type LaneCaller, type Upstream, type UpstreamResponse } from '../../src/upstream/client.js';
 import { makeEntry } from '../cache/fixtures.js';
 import type { Caller } from '../../src/proxy/callers/caller.js';
 
@@ -333,7 +333,7 @@ describe('ReadThrough over a fake cache and a fake upstream', () => {
   });
 
   it('asks again with its own share of the lanes a follower coalesced onto an admin’s fill refused for that admin’s share', async () => {
-    const asked: Array<number | undefined> = [];
+    const asked: LaneCaller[] = [];
     const upstream: Upstream = {
       // User 1 is past their share of the fill lanes (fair-lane.ts); anyone else is served.
       get: async (_path, _headers, caller) => {

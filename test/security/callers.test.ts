@@ -109,12 +109,15 @@ describe('callers never receive each other’s data', () => {
     }
   });
 
-  it('forwards a request without Authorization untouched and never caches it', async () => {
+  it('answers a request without Authorization 401 itself, as the instance would, never asking it nor caching', async () => {
+    const before = (await env.emulator.stats()).by_route['GET /api/v1/projects'] ?? 0;
     for (let i = 0; i < 2; i++) {
       const res = await env.proxy.get('/api/v1/projects');
       expect(res.status).toBe(401);
       expect(res.headers['cache-status']).toBeUndefined();
+      expect(res.headers['www-authenticate']).toBe('Bearer');
+      expect(res.json().errors.authorization[0]).toMatch(/Authorization: Bearer/);
     }
-    expect((await env.emulator.stats()).by_route['GET /api/v1/projects']).toBe(2);
+    expect((await env.emulator.stats()).by_route['GET /api/v1/projects'] ?? 0).toBe(before);
   });
 });

@@ -87,7 +87,7 @@ describe('a hostile upstream', () => {
       return true;
     };
     const before = upstream.seen.length;
-    const res = await proxy.get('/api/v1/projects/1/cases');
+    const res = await proxy.get('/api/v1/projects/1/cases', 'u1');
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toBe('600'); // upstream.maxRetryAfterMs, 10 minutes by default
     expect(upstream.seen.slice(before)).toEqual(['GET /api/v1/projects/1/cases']);

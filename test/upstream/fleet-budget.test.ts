@@ -103,7 +103,7 @@ describe('fleet budget: taking tokens', () => {
     let taken = 0;
     while (budget.tryAcquire('background', 1)) taken++;
     expect(taken).toBe(4);
-    expect(budget.snapshot().queued).toEqual({ client: 0, background: 0, ahead: 0 });
+    expect(budget.snapshot().queued).toEqual({ client: 0, unverified: 0, background: 0, ahead: 0 });
   });
 
   it('refuses a wait that would outlast maxWaitMs, saying when a token may be had', async () => {

@@ -31,6 +31,7 @@ import { UPSTREAM_HEADERS, UpstreamError, type Upstream, type UpstreamResponse }
 import { IdentityMemo, normalizeAuthorization, type IdentityMemoOptions } from './identity-memo.js';
 import type { RetryAfterGate } from './retry-after.js';
 import type { Caller } from './caller.js';
+import { unverifiedRequester, type Requester } from './requester.js';
 
 export type IdentityResult =
   | { readonly kind: 'caller'; readonly caller: Caller; readonly via?: 'shared' | 'upstream' }
@@ -66,7 +67,13 @@ export interface IdentityOptions extends IdentityMemoOptions {
   readonly lockTtlMs?: number;
   readonly lockWaitMs?: number;
   readonly hmacSecret: Buffer;
+  /** Where a credential never seen goes (its own lane: junk cannot take the fills' slots), as its client address, `unverified`. */
   readonly upstream: Upstream;
+  /**
+   * Where the renewal of a credential seen before goes (the fills' lane), as its user, `client`:
+   * a known caller never waits behind unknown credentials, in the budget or in a lane. Absent: `upstream`.
+   */
+  readonly knownUpstream?: Upstream | undefined;
   readonly shared?: SharedStore | undefined;
   /** Where a replica's look-up takes its lock, so that the others wait for the identity it shares (Redis); memory-only has none. */
   readonly sharedLocks?: SharedLocks | undefined;
@@ -152,8 +159,11 @@ export class IdentityResolver {
     return this.memo.get(authorization);
   }
 
-  /** Resolves through the shared store, then upstream; concurrent resolutions of one credential coalesce. */
-  resolve(authorization: string, budget?: SharedTierBudget): Promise<IdentityResult> {
+  /**
+   * Resolves through the shared store, then upstream; concurrent resolutions of one credential
+   * coalesce. `address`: the client's, whose turn a credential never seen takes (requester.ts).
+   */
+  resolve(authorization: string, budget?: SharedTierBudget, address?: string): Promise<IdentityResult> {
     // The first sight of this spelling: parsed once, so every spelling of a token is one identity.
     const credentialId = hmacCredential(this.options.hmacSecret, normalizeAuthorization(authorization));
     const now = this.options.now();
@@ -167,7 +177,7 @@ export class IdentityResolver {
       this.options.onLookup?.('refused');
       return Promise.resolve({ kind: 'refused', response: refused });
     }
-    const run = this.#lookups.run(this.#lookup(authorization, credentialId, budget));
+    const run = this.#lookups.run(this.#lookup(authorization, credentialId, budget, address));
     if (run.leader) this.#count(run.promise);
     return run.promise;
   }
@@ -225,7 +235,14 @@ export class IdentityResolver {
    * for the identity it shares rather than ask too. A replica that dies holding the lock, or is
    * refused, costs the others one wait of at most lockWaitMs, then they ask.
    */
-  #lookup(authorization: string, credentialId: string, budget: SharedTierBudget | undefined): SharedFillJob<SharedIdentityValue, IdentityResult> {
+  #lookup(
+    authorization: string,
+    credentialId: string,
+    budget: SharedTierBudget | undefined,
+    address: string | undefined,
+  ): SharedFillJob<SharedIdentityValue, IdentityResult> {
+    // Whose this credential was when last verified, here or by another replica: a known caller's renewal.
+    let seenAs = this.memo.get(authorization)?.userId;
     return {
       key: credentialId,
       lockKey: credentialId,
@@ -234,10 +251,12 @@ export class IdentityResolver {
       budget,
       lookup: async () => {
         const shared = await this.options.shared?.getJson<SharedIdentityValue>('identity', credentialId, { budget, isValid: isSharedIdentity });
+        // Lapsed, it still tells whose the credential was (a forgotten one is null: unknown again).
+        seenAs ??= shared?.userId;
         return this.#trusted(shared) ? this.#fromShared(authorization, credentialId, shared, budget) : undefined;
       },
       adopt: (waited) => (this.#trusted(waited) ? this.#fromShared(authorization, credentialId, waited, budget) : undefined),
-      produce: (share) => this.#askUpstream(authorization, credentialId, budget, share),
+      produce: (share) => this.#askUpstream(authorization, credentialId, budget, share, seenAs === undefined ? unverifiedRequester(address) : seenAs),
     };
   }
 
@@ -250,11 +269,25 @@ export class IdentityResolver {
     return { kind: 'caller', via: 'shared', caller: await this.remember(authorization, credentialId, shared.userId, shared.until, budget) };
   }
 
-  /** GET /user with the credential; `share` is handed the write of the identity, which replicas waiting for it read. */
-  async #askUpstream(authorization: string, credentialId: string, budget: SharedTierBudget | undefined, share: ShareWrite): Promise<IdentityResult> {
+  /**
+   * GET /user with the credential; `share` is handed the write of the identity, which replicas
+   * waiting for it read. `asked`: the user it was last verified as (a renewal: the fills' lane, at
+   * `client`), or the requester a credential never seen takes the turn of (its own lane, `unverified`).
+   */
+  async #askUpstream(
+    authorization: string,
+    credentialId: string,
+    budget: SharedTierBudget | undefined,
+    share: ShareWrite,
+    asked: number | Requester,
+  ): Promise<IdentityResult> {
     // Counted from the question, not the answer: the identity never outlives identity.ttlMs.
     const until = this.options.now() + this.options.ttlMs;
-    const res = await this.options.upstream.get('/api/v1/user', { authorization, ...UPSTREAM_HEADERS });
+    const headers = { authorization, ...UPSTREAM_HEADERS };
+    const res =
+      typeof asked === 'number'
+        ? await (this.options.knownUpstream ?? this.options.upstream).get('/api/v1/user', headers, asked, 'client')
+        : await this.options.upstream.get('/api/v1/user', headers, asked.caller, asked.priority);
     // Only the API's own answer is a verdict: an SSO page (HTML 200) is no caller, whatever it
     // holds; an instance that fails is no verdict on the credential (the caller may get stale answers).
     const failure = answerFailure(res, 'GET /user');
