@@ -340,6 +340,29 @@ describe('the admin token', () => {
     expect(tab.problems()).toEqual([]);
   });
 
+  it("brings the form back, saying the link's token was refused, when the tab has no token to go on with", async () => {
+    const tab = await open(`${fixture.url}/#token=not-the-token`);
+    await tab.page.waitForSelector('body[data-state="unauthorized"]');
+    expect(await tab.page.locator('#login-error').textContent()).toContain("The sign-in link's token was refused (401)");
+    expect(await tab.page.evaluate('location.hash')).toBe('');
+    expect(await tab.page.evaluate('sessionStorage.length + localStorage.length')).toBe(0);
+    expect(tab.problems().filter((p) => !p.includes('401'))).toEqual([]);
+  });
+
+  it("reads a link's token put into an open tab's address bar, and keeps the tab's token when it is refused", async () => {
+    const tab = await open();
+    await signIn(tab.page, TOKEN);
+    await waitForFigures(tab.page);
+    // A fragment changed in place loads nothing: the page reads it when it changes.
+    await tab.page.evaluate(`location.hash = '#token=not-the-token'`);
+    await tab.page.locator('#notice').waitFor({ state: 'visible' });
+    expect(await tab.page.locator('#notice').textContent()).toContain("The sign-in link's token was refused (401)");
+    expect(await tab.page.evaluate('location.hash')).toBe('');
+    expect(await tab.page.evaluate(`sessionStorage.getItem('tm-cache.adminToken')`)).toBe(TOKEN);
+    await waitForFigures(tab.page);
+    expect(await tab.page.locator('#login').isHidden()).toBe(true);
+  });
+
   it('stays signed in across a browser restart only when "Remember on this device" is ticked', async () => {
     const once = await open();
     await signIn(once.page, TOKEN);

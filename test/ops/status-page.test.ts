@@ -8,13 +8,15 @@ import { mkdirSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STATUS_PAGE_CSP, STATUS_PAGE_HTML } from '../../src/ops/status-page.js';
-import { launchChromium, openTab, readStat, readTopTable, signIn, waitForFigures, type Tab } from '../helpers/chromium.js';
+import { launchChromium, openTab, readStat, readTopTable, signIn, waitForFigures, type StorageState, type Tab } from '../helpers/chromium.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { httpGet, startTestProxy, type TestProxy } from '../helpers/proxy.js';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';
 import { until } from '../helpers/wait.js';
 
 const ADMIN_TOKEN = 'status-page-test-admin-token-7f3a9c';
+const VIEWER_TOKEN = 'status-page-test-viewer-token-2b81d4';
+const TOKEN_KEY = 'tm-cache.adminToken';
 /** Requests of `sendTraffic` the instance received that are not the cache's (a path outside the catalogue): not in the offload's figures. */
 const PASSTHROUGH_REQUESTS = 1;
 const BUCKET_MS = 10_000;
@@ -66,10 +68,36 @@ async function waitForPollAfter(tab: Tab, after: Stats): Promise<void> {
 
 const num = async (tab: Tab, name: string) => Number((await readStat(tab.page, name)).value);
 
+/** Where the tab keeps its token: this tab's (sessionStorage) and this device's (localStorage). */
+async function keptTokens(tab: Tab): Promise<{ tab: string | null; device: string | null }> {
+  return tab.page.evaluate(`({ tab: sessionStorage.getItem('${TOKEN_KEY}'), device: localStorage.getItem('${TOKEN_KEY}') })`);
+}
+
+/** What a wall screen's browser keeps once "Remember on this device" was ticked with `token`. */
+async function rememberedOn(token: string): Promise<StorageState> {
+  const wall = await openTab(browser, `${proxy.managementUrl}/`);
+  try {
+    await signIn(wall.page, token, true);
+    await waitForFigures(wall.page);
+    return await wall.storageState();
+  } finally {
+    await wall.close();
+  }
+}
+
+/** The page's answer to its first token: the figures, or the form saying it was refused. */
+async function settled(tab: Tab): Promise<string | null> {
+  await tab.page.waitForSelector('body[data-state="ok"], body[data-state="unauthorized"]', { timeout: 15_000 });
+  return tab.page.getAttribute('body', 'data-state');
+}
+
 beforeAll(async () => {
   redis = await startRedis();
   emulator = await startTestEmulator();
-  proxy = await startTestProxy(emulator.url, { admin: { token: ADMIN_TOKEN }, cache: { redis: { url: redis.url, commandTimeoutMs: 2_000 } } });
+  proxy = await startTestProxy(emulator.url, {
+    admin: { token: ADMIN_TOKEN, viewerToken: VIEWER_TOKEN },
+    cache: { redis: { url: redis.url, commandTimeoutMs: 2_000 } },
+  });
   browser = await launchChromium();
   mkdirSync('test-artifacts', { recursive: true });
   await sendTraffic();
@@ -209,6 +237,60 @@ describe('the status page on the management port', () => {
       expect(await readStat(tab.page, 'hitRatio')).toEqual({ text: '—', value: '' });
       // The only console line is Chromium's own about the refused fetch.
       expect(tab.problems().filter((p) => !p.includes('401'))).toEqual([]);
+    } finally {
+      await tab.close();
+    }
+  });
+});
+
+describe('a sign-in link opened on a screen that remembers a token', () => {
+  it('keeps the remembered token and goes on showing the figures with it when the link token is refused', async () => {
+    const saved = await rememberedOn(VIEWER_TOKEN);
+    const tab = await openTab(browser, `${proxy.managementUrl}/#token=not-a-token-of-this-instance`, undefined, saved);
+    try {
+      expect(await settled(tab)).toBe('ok');
+      expect(await tab.page.locator('#notice').textContent()).toContain("The sign-in link's token was refused (401)");
+      expect(await tab.page.locator('#login').isHidden()).toBe(true);
+      expect(tab.page.url()).toBe(`${proxy.managementUrl}/`);
+      expect(await keptTokens(tab)).toEqual({ tab: null, device: VIEWER_TOKEN });
+      // It goes on polling with the remembered token: a poll after this fetch is shown.
+      await waitForPollAfter(tab, await adminStats(VIEWER_TOKEN));
+      expect(await num(tab, 'requests.total')).toBeGreaterThan(0);
+
+      // A reload, and a browser restart, still sign in with the remembered token.
+      await tab.page.reload();
+      await waitForFigures(tab.page);
+      expect(await tab.page.locator('#notice').isHidden()).toBe(true);
+      expect(await keptTokens(tab)).toEqual({ tab: null, device: VIEWER_TOKEN });
+      const restarted = await openTab(browser, `${proxy.managementUrl}/`, undefined, await tab.storageState());
+      try {
+        await waitForFigures(restarted.page);
+      } finally {
+        await restarted.close();
+      }
+      // The refused fetch is the browser's own console line; nothing else.
+      expect(tab.problems().filter((p) => !p.includes('401'))).toEqual([]);
+    } finally {
+      await tab.close();
+    }
+  });
+
+  it('remembers the link token in place of the remembered one once the server accepts it', async () => {
+    const saved = await rememberedOn(VIEWER_TOKEN);
+    const tab = await openTab(browser, `${proxy.managementUrl}/#token=${encodeURIComponent(ADMIN_TOKEN)}`, undefined, saved);
+    try {
+      expect(await settled(tab)).toBe('ok');
+      expect(tab.page.url()).toBe(`${proxy.managementUrl}/`);
+      expect(await tab.page.locator('#notice').isHidden()).toBe(true);
+      expect(await keptTokens(tab)).toEqual({ tab: null, device: ADMIN_TOKEN });
+      const restarted = await openTab(browser, `${proxy.managementUrl}/`, undefined, await tab.storageState());
+      try {
+        await waitForFigures(restarted.page);
+        expect(await keptTokens(restarted)).toEqual({ tab: null, device: ADMIN_TOKEN });
+      } finally {
+        await restarted.close();
+      }
+      expect(tab.problems()).toEqual([]);
     } finally {
       await tab.close();
     }

@@ -2,11 +2,13 @@
  * The status page's browser code: asks for the admin token, keeps it in sessionStorage and polls
  * `GET /admin/stats` every 2 s, then shows the figures, two charts and two tables.
  *
- * The token comes from the form, or once from a sign-in link's fragment (`/#token=...`, what
+ * The token comes from the form, or from a sign-in link's fragment (`/#token=...`, what
  * `tm-cache demo` prints): a fragment is never sent to the server, so it reaches no access log;
- * it is read at load and removed from the address bar (and the history entry) at once. The form's
- * "remember on this device" keeps it in localStorage instead, across browser restarts (a wall
- * screen with a viewer token); "Forget token" removes it from both.
+ * it is read at load (or when it changes in an open tab) and removed from the address bar (and the
+ * history entry) at once. The form's "remember on this device" keeps it in localStorage instead,
+ * across browser restarts (a wall screen with a viewer token); "Forget token" removes it from both.
+ * A link's token replaces the kept one only once the server has accepted it: a wrong link does not
+ * sign a screen out (see `linkToken`).
  *
  * A classic script, not a module: it is inlined into index.html at start-up (src/ops/status-page.ts)
  * and allowed by the hash of exactly those bytes, so it imports nothing and is wrapped in a function
@@ -93,6 +95,7 @@
   const rememberInput = byId('remember', HTMLInputElement);
   const dashboard = byId('dashboard', HTMLElement);
   const banner = byId('banner', HTMLElement);
+  const notice = byId('notice', HTMLElement);
   const updated = byId('updated', HTMLElement);
   const forget = byId('forget', HTMLButtonElement);
   const meta = byId('meta', HTMLElement);
@@ -104,6 +107,13 @@
   let timer: number | null = null;
   let inFlight: AbortController | null = null;
   let last: Stats | null = null;
+  /**
+   * A sign-in link's token the server has not answered yet. Until it does, the token kept in this
+   * tab or on this device stays where it is: the first poll tries the link's token, and only a
+   * success keeps it (in the kept token's place); a refusal drops it and the page goes on with the
+   * kept one. Never stored, so a reload before the answer forgets it rather than sign in with it.
+   */
+  let linkToken: string | null = null;
 
   // ---- formatting -------------------------------------------------------------------------
   function isNum(v: unknown): v is number {
@@ -579,25 +589,58 @@
   /**
    * The token of a sign-in link (`#token=...`), read once: the fragment is removed from the
    * address bar and from this history entry before anything else, so it is neither shown nor
-   * bookmarked nor shared with a screenshot. Kept in this tab only.
+   * bookmarked nor shared with a screenshot. Null when there is none (or it is empty or garbled).
    */
-  function takeTokenFromFragment(): void {
+  function takeTokenFromFragment(): string | null {
     const match = /(?:^#|&)token=([^&]*)/.exec(location.hash);
-    if (match === null) return;
+    if (match === null) return null;
     history.replaceState(null, '', location.pathname + location.search);
-    let token = '';
     try {
-      token = decodeURIComponent(match[1] || '').trim();
+      return decodeURIComponent(match[1] || '').trim() || null;
     } catch {
-      token = '';
+      return null;
     }
-    if (token) keepToken(token, false);
+  }
+  /**
+   * The server accepted the link's token: it takes the kept token's place, on this device if a
+   * token is remembered here (a wall screen stays signed in across restarts, now with this one),
+   * else in this tab.
+   */
+  function acceptLinkToken(token: string): void {
+    linkToken = null;
+    keepToken(token, localStorage.getItem(TOKEN_KEY) !== null);
+  }
+  /**
+   * The server refused the link's token: it is dropped, the kept token (if any) is left as it was
+   * and used at once, and the person who opened the link is told.
+   */
+  function refuseLinkToken(status: number): void {
+    linkToken = null;
+    const refused = "The sign-in link's token was refused (" + status + "): it is not this instance's admin.token nor its admin.viewerToken.";
+    if (!storedToken()) {
+      showLogin(refused + ' Enter a token.');
+      return;
+    }
+    notice.textContent = refused + ' Still signed in with the token kept ' + (sessionStorage.getItem(TOKEN_KEY) ? 'in this tab.' : 'on this device.');
+    notice.hidden = false;
+    poll();
+  }
+  /** A link's token, at load or pasted into an open tab's address bar: tried before the kept one. */
+  function signInFromFragment(): void {
+    const token = takeTokenFromFragment();
+    if (token === null) return;
+    linkToken = token;
+    notice.hidden = true;
+    stop();
+    poll();
   }
 
   // ---- polling ----------------------------------------------------------------------------
   function showLogin(message: string): void {
     stop();
     forgetToken();
+    linkToken = null;
+    notice.hidden = true;
     body.setAttribute('data-state', message ? 'unauthorized' : 'login');
     document.title = 'tm-cache status';
     loginError.textContent = message || '';
@@ -630,9 +673,14 @@
     const message: unknown = err && typeof err === 'object' && 'message' in err ? err.message : undefined;
     return message ? String(message) : String(err);
   }
+  /** What the server says to a token it does not take: unknown (401), or not allowed here (403). */
+  function isRefusal(status: number): boolean {
+    return status === 401 || status === 403;
+  }
   function poll(): void {
     timer = null;
-    const token = storedToken();
+    const fromLink = linkToken;
+    const token = fromLink || storedToken();
     if (!token) {
       showLogin('');
       return;
@@ -641,6 +689,11 @@
     inFlight = controller;
     fetch('/admin/stats', { headers: { authorization: 'Bearer ' + token }, cache: 'no-store', signal: controller.signal })
       .then(function (res): Promise<void> | void {
+        // A link's token unproven is dropped on a refusal; a kept one, that worked, only on a 401.
+        if (fromLink !== null && isRefusal(res.status)) {
+          refuseLinkToken(res.status);
+          return;
+        }
         if (res.status === 401) {
           showLogin("The token was refused (401): it is not this instance's admin.token nor its admin.viewerToken. Enter it again.");
           return;
@@ -654,6 +707,7 @@
         if (!res.ok) throw new Error('HTTP ' + res.status);
         // The JSON is /admin/stats' (the Stats above): the page checks each figure as it shows it.
         return res.json().then(function (s: Stats) {
+          if (fromLink !== null) acceptLinkToken(fromLink);
           last = s;
           loginSection.hidden = true;
           dashboard.hidden = false;
@@ -683,6 +737,8 @@
     const token = tokenInput.value.trim();
     if (!token) return;
     keepToken(token, rememberInput.checked);
+    linkToken = null;
+    notice.hidden = true;
     tokenInput.value = '';
     loginError.hidden = true;
     body.setAttribute('data-state', 'loading');
@@ -701,7 +757,9 @@
     }, 150);
   });
 
-  takeTokenFromFragment();
-  if (storedToken()) poll();
+  // A fragment changed in an open tab loads nothing: read it when it changes.
+  window.addEventListener('hashchange', signInFromFragment);
+  linkToken = takeTokenFromFragment();
+  if (linkToken || storedToken()) poll();
   else showLogin('');
 })();
