@@ -5,6 +5,8 @@
  * - matchRoute: a read path → one of the 19 operations and its path ids (the cacheable reads);
  * - resourcesInPath: any path, typically a write the proxy passes through → every resource it
  *   names, left to right, with its id where one follows (what the write may have changed).
+ *   It reads the path as the instance may: percent-encoded unreserved characters decoded first
+ *   (`/runs/%33` is `/runs/3`, RFC 3986 §6.2.2.2), since the write is forwarded as spelled.
  * Both split with apiSegments and read ids with parsePathId: an id is a positive integer of at
  * most 15 digits, leading zeros allowed (`/projects/02` names project 2).
  */
@@ -30,6 +32,19 @@ export function parsePathId(raw: string): number | undefined {
   if (!ID_RE.test(raw)) return undefined;
   const value = Number(raw);
   return value >= 1 ? value : undefined;
+}
+
+/** A percent-encoded unreserved character (RFC 3986 §2.3: ALPHA, DIGIT, `-`, `.`, `_`, `~`), either case. */
+const ENCODED_UNRESERVED = /%(?:[46][1-9a-f]|[57][0-9a]|3[0-9]|2[de]|5f|7e)/gi;
+
+/**
+ * `pathname` with its percent-encoded unreserved characters decoded: the same path to any
+ * server or front that normalizes it (RFC 3986 §6.2.2.2). Reserved ones (`%2F`) stay encoded, so
+ * no segment is split or joined here; forwarding.ts refuses them, and encoded dot segments, anyway.
+ */
+function decodeUnreserved(pathname: string): string {
+  if (!pathname.includes('%')) return pathname;
+  return pathname.replace(ENCODED_UNRESERVED, (encoded) => String.fromCharCode(parseInt(encoded.slice(1), 16)));
 }
 
 /** `/api/v1/a/b/` → `['a', 'b']` (one trailing slash ignored); undefined outside the API. */
@@ -109,10 +124,11 @@ const COLLECTIONS: readonly Collection[] = (() => {
  * path need not be a catalogued read (`POST /runs/7/results`, `PATCH /projects/4/cases/9`);
  * segments of no collection are skipped. An id follows a collection only when it parses as one
  * (`/projects/abc` names projects but no project) and is given only to resources that have an
- * id parameter. A path outside `/api/v1` names nothing.
+ * id parameter. A path outside `/api/v1` names nothing. Read after decodeUnreserved: a write
+ * to `/runs/%33%35%37` changes run 357 on an instance behind a front that normalizes paths.
  */
 export function resourcesInPath(pathname: string): ResourceRef[] {
-  const parts = apiSegments(pathname);
+  const parts = apiSegments(decodeUnreserved(pathname));
   if (parts === undefined) return [];
   const refs: ResourceRef[] = [];
   let i = 0;

@@ -20,6 +20,7 @@ import type { CacheEntry } from '../cache/entry.js';
 import type { FillLock } from '../cache/fill.js';
 import { FreshnessPolicy, type Learned } from '../cache/policy.js';
 import { describeKey } from '../cache/key.js';
+import { pathOf } from '../ops/access-log.js';
 import type { Config } from '../config/schema.js';
 import { retryAfterMsOf, type Upstream } from '../upstream/client.js';
 import type { FleetBudget } from '../upstream/fleet-budget.js';
@@ -134,8 +135,13 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
   app.addHook('preClose', async () => {
     closing = true;
   });
+  /**
+   * `url` as the client sent it. The write is forwarded with its path up to the query or the
+   * fragment (reply-from sends a WHATWG URL's pathname, which never holds a fragment): the tags
+   * are read from that same path, or `/runs/7#x` would change run 7 and drop nothing.
+   */
   async function invalidateForWrite(url: string): Promise<void> {
-    const tags = policy.tagsForWrite(url.split('?', 1)[0]!);
+    const tags = policy.tagsForWrite(pathOf(url));
     await Promise.all(tags.map((tag) => deps.cache.invalidateTag(tag)));
     if (tags.length > 0) deps.logger.debug({ tags }, 'invalidated after write');
   }

@@ -57,6 +57,13 @@ export async function registerPassthrough(app: FastifyInstance, upstream: Config
     },
     replyOptions: {
       retryDelay: () => null,
+      // Node's server answers `Expect: 100-continue` with 100 Continue itself (no 'checkContinue'
+      // listener), so the body comes to this hop: the expectation is met here (RFC 9110 §10.1.1).
+      // Forwarded, it would be refused by undici before sending (a 502 for a write never sent).
+      rewriteRequestHeaders: (_request, headers) => {
+        delete headers['expect'];
+        return headers;
+      },
       rewriteHeaders: (headers) => {
         const retryAfter = capRetryAfter(headers['retry-after'], o.now(), o.maxRetryAfterMs());
         return retryAfter === undefined ? headers : { ...headers, 'retry-after': retryAfter };
