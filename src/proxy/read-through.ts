@@ -221,7 +221,9 @@ export class ReadThrough {
    * area they hold no grant for can never be proven that way (a 200 to it is not taken as proof of
    * the expanded area): from here it is the caller's own request, as in `user` mode (their own
    * key, their access confirmed as any user's, their fills coalesced across replicas on that key),
-   * and Cache-Status, the access log and the fill say so.
+   * and Cache-Status, the access log and the fill say so. The question's project and areas stay
+   * the Decision's: a refusal of it drops the member's proof of the project on every replica, as
+   * a refusal on the shared key would (access.ts).
    */
   #ownOrFill(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
     const extra = d.areas & ~operationAreaMask(d.canonical);
