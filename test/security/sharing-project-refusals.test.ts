@@ -25,9 +25,10 @@ const CONFIG: DeepPartial<Config> = {
 let emulator: TestEmulator;
 let redis: RedisHandle;
 const running: TestProxy[] = [];
-/** Two members of one project (`a` fills, `b` reads). */
+/** Two members of one project (`a` fills, `b` reads), and a user who is a member of no project. */
 let a: TokenInfo;
 let b: TokenInfo;
+let nobody: TokenInfo;
 let projectId: number;
 let prefixes = 0;
 
@@ -35,6 +36,7 @@ beforeAll(async () => {
   emulator = await startTestEmulator();
   redis = await startRedis();
   ({ a, b, projectId } = twoMembersOfOneProject(emulator.tokens.all));
+  nobody = emulator.tokens.noAccess();
 });
 afterEach(async () => {
   await Promise.all(running.splice(0).map((p) => p.close()));
@@ -57,6 +59,11 @@ async function replicas(): Promise<[TestProxy, TestProxy]> {
   return [await start(), await start()];
 }
 
+/** Requests the emulator received with `token` since the last reset (counted on arrival, before any latency). */
+async function askedWith(token: string): Promise<number> {
+  return (await emulator.stats()).by_token[token] ?? 0;
+}
+
 const milestones = (query = '') => `/api/v1/projects/${projectId}/milestones${query}`;
 
 describe('a member refused an area on a question answered from their own key', () => {
@@ -77,5 +84,32 @@ describe('a member refused an area on a question answered from their own key', (
     await until(async () => (await r2.get(milestones(), b.token)).status === 403);
     // Never the team's entry.
     for (const p of [r1, r2]) expect(isSharedHit(await p.get(milestones(), a.token))).toBe(true);
+  });
+});
+
+describe('a user who is a member of no project, asking a project question', () => {
+  it("never holds the team's cross-replica fill lock: a member asking the same on another replica meanwhile is sent to the instance at once", async () => {
+    const [r1, r2] = await replicas();
+    // Both replicas know both callers: only the fills are left.
+    for (const p of [r1, r2]) for (const t of [nobody, b]) expect((await p.get('/api/v1/user', t.token)).status).toBe(200);
+    await emulator.resetStats();
+    await emulator.faults({ latency_ms: 1_500 });
+    let nobodyAnswered = false;
+    const outsider = r1.get(milestones(), nobody.token).finally(() => (nobodyAnswered = true));
+    // The outsider's fill is under way on replica 1 (the instance has their request) when b asks on replica 2.
+    await until(async () => (await askedWith(nobody.token)) === 1);
+    const member = r2.get(milestones(), b.token);
+    try {
+      // b's request reaches the instance while the outsider's is still being answered: b waited on no fill of theirs.
+      await until(async () => (await askedWith(b.token)) === 1 || nobodyAnswered);
+      expect(nobodyAnswered).toBe(false);
+    } finally {
+      await Promise.allSettled([outsider, member]);
+    }
+    expect((await outsider).status).toBe(403);
+    const theirs = await member;
+    expect(theirs.status).toBe(200);
+    expect(theirs.headers['cache-status']).toMatch(/^tm-cache; fwd=uri-miss; fwd-status=200; stored.*key=project$/);
+    expect(await askedWith(b.token)).toBe(1);
   });
 });
