@@ -42,10 +42,14 @@ export interface FillJob<R> {
   /** May this fill take, or wait on, the cross-replica lock of `key`? (Only a caller who may read `key`.) */
   readonly shareable: boolean;
   /**
-   * The cross-replica lock of a fill that is not `shareable` but may still wait on (or take) the
-   * lock of the key it stores under: its caller judges what it waited for before serving it.
+   * The cross-replica lock of a fill that is not `shareable` but still stores under `key`: taken
+   * and waited on as `lockOwner`'s (shared-fill.ts), so that only that owner's fills wait on it;
+   * its caller judges what it waited for before serving it.
    */
   readonly lockKey?: string | undefined;
+  readonly lockOwner?: string | undefined;
+  /** The key whose fill this one may wait on once, never holding its lock (shared-fill.ts `waitKey`); its caller judges what it waited for. */
+  readonly waitKey?: string | undefined;
   /**
    * May an entry another replica stored since the look-up answer this fill? Not when the request
    * must be answered by the instance (a no-cache request, a refused access confirmation).
@@ -89,11 +93,13 @@ export class Filler<R> {
     return this.#fill.runAlone(this.#shared(job));
   }
 
-  /** The fill as a shared-fill job: locked on its key only when the caller may share it and it is the key's own fill, or when the job names its lock. */
+  /** The fill as a shared-fill job: locked on its key only when the caller may share it and it is the key's own fill, or when the job names its lock (and whose). */
   #shared(job: FillJob<R>): SharedFillJob<CacheEntry, FillResult<R>> {
     return {
       key: job.fillKey,
       lockKey: job.lockKey ?? (job.shareable && job.key === job.fillKey ? job.key : undefined),
+      lockOwner: job.lockOwner,
+      waitKey: job.waitKey,
       acceptStored: job.acceptStored,
       budget: job.budget,
       adopt: (entry, how) => {

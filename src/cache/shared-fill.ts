@@ -6,7 +6,9 @@
  *        ▼ leads (coalesce.ts)
  *   lookup: already shared by another replica? ─▶ that
  *        ▼ not there (or no lookup)
- *   the lock role (Redis), for a job with a lockKey:
+ *   a job with a waitKey: another replica's value produced there meanwhile? ─▶ adopt('waited')
+ *        ▼ none (that lock is never taken)
+ *   the lock role (Redis), for a job with a lockKey (the key's own lock, or its lockOwner's):
  *        ├ claim ─▶ the value another replica stored since the look-up ─▶ adopt('stored')
  *        ├ claim ─▶ another replica holds the lock ─▶ waitFor ≤ lockWaitMs ─▶ adopt('waited')
  *        │                                                nothing usable ─▶ produce, unlocked
@@ -38,12 +40,15 @@ export type LockClaim<V> = { readonly token: string } | { readonly entry: V } | 
 
 /** The lock role: one replica produces a key's value, the others wait for it. Redis implements it; memory-only has none. */
 export interface SharedLock<V> {
-  /** `acceptStored` false: the lock or nothing, never a stored value (the job must produce). */
-  claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget): Promise<LockClaim<V>>;
+  /**
+   * `acceptStored` false: the lock or nothing, never a stored value (the job must produce).
+   * `owner`: a lock of that owner's on `key` (the same value produced), apart from the key's own.
+   */
+  claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget, owner?: string): Promise<LockClaim<V>>;
   /** Releases the lock if it still holds `token`. */
-  unlock(key: string, token: string): Promise<void>;
-  /** The value another replica produced under its lock; undefined at `timeoutMs`, once the lock is gone without one, or at once when the role cannot answer. */
-  waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget): Promise<V | undefined>;
+  unlock(key: string, token: string, owner?: string): Promise<void>;
+  /** The value another replica produced under its lock (`owner`'s, or the key's own); undefined at `timeoutMs`, once the lock is gone without one, or at once when the role cannot answer. */
+  waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget, owner?: string): Promise<V | undefined>;
 }
 
 /** Hands the mechanism the write that shares a produced value (the lock is released once it lands). */
@@ -54,6 +59,18 @@ export interface SharedFillJob<V, R> {
   readonly key: string;
   /** What the cross-replica lock is taken on; undefined: this job neither locks nor waits (it may not share the value). */
   readonly lockKey?: string | undefined;
+  /**
+   * Whose lock of `lockKey` this job takes and waits on: undefined, the key's own, which every job
+   * that may share the value waits on; a name, that owner's lock beside it, which only that
+   * owner's jobs wait on (a caller who may not hold what the others wait on).
+   */
+  readonly lockOwner?: string | undefined;
+  /**
+   * A key whose own lock this job waits on first, once, without ever taking it: a value another
+   * replica produces there meanwhile may answer the job (`adopt`); none, or not usable, and the
+   * job goes on to its own lock (if any).
+   */
+  readonly waitKey?: string | undefined;
   /** May a value another replica stored since the look-up answer this job? (Default: no, the lock or nothing.) */
   readonly acceptStored?: boolean | undefined;
   /**
@@ -110,25 +127,33 @@ export class SharedFill<V, R> {
       if (found !== undefined) return found;
     }
     const o = this.o;
-    const lockKey = job.lockKey;
-    if (o.lock === undefined || lockKey === undefined) return job.produce(IGNORE_SHARE);
+    if (o.lock === undefined) return job.produce(IGNORE_SHARE);
     const lock = o.lock;
-    const claim = await lock.claim(lockKey, o.lockTtlMs, job.acceptStored === true, job.budget);
+    if (job.waitKey !== undefined) {
+      const waited = await this.#adopt(job, await lock.waitFor(job.waitKey, o.lockWaitMs, job.budget), 'waited');
+      if (waited !== undefined) return waited;
+    }
+    const [lockKey, owner] = [job.lockKey, job.lockOwner];
+    if (lockKey === undefined) return job.produce(IGNORE_SHARE);
+    const claim = await lock.claim(lockKey, o.lockTtlMs, job.acceptStored === true, job.budget, owner);
     // Stored by another replica since this one looked (no lock was taken): adopted if usable.
     if (claim !== undefined && 'entry' in claim) return this.#adoptOrProduce(job, claim.entry, 'stored');
     // Another replica holds the lock (or the role cannot answer): its value, else this one's own, unlocked.
-    if (claim === undefined) return this.#adoptOrProduce(job, await lock.waitFor(lockKey, o.lockWaitMs, job.budget), 'waited');
+    if (claim === undefined) return this.#adoptOrProduce(job, await lock.waitFor(lockKey, o.lockWaitMs, job.budget, owner), 'waited');
     let shared: Promise<void> | void = undefined;
     try {
       return await job.produce((write) => (shared = write));
     } finally {
-      const released = Promise.resolve(shared).then(() => lock.unlock(lockKey, claim.token));
+      const released = Promise.resolve(shared).then(() => lock.unlock(lockKey, claim.token, owner));
       if (job.answerAfterShare === true) await released;
     }
   }
 
   async #adoptOrProduce(job: SharedFillJob<V, R>, theirs: V | undefined, how: 'stored' | 'waited'): Promise<R> {
-    const adopted = theirs === undefined || job.adopt === undefined ? undefined : await job.adopt(theirs, how);
-    return adopted !== undefined ? adopted : job.produce(IGNORE_SHARE);
+    return (await this.#adopt(job, theirs, how)) ?? job.produce(IGNORE_SHARE);
+  }
+
+  async #adopt(job: SharedFillJob<V, R>, theirs: V | undefined, how: 'stored' | 'waited'): Promise<R | undefined> {
+    return theirs === undefined || job.adopt === undefined ? undefined : job.adopt(theirs, how);
   }
 }

@@ -16,7 +16,9 @@
  * - `ownKey`: the caller's own key of the question: what a member without proof coalesces on
  *   (only with their own requests).
  * - `projectId`, `areas`: for a project's shared answer, its project and the areas it reveals
- *   (access-grants.ts); 0 otherwise. `unplaced`: the resource whose project is not known yet.
+ *   (access-grants.ts); 0 otherwise. Kept when a member's question is answered from their own
+ *   key (read-through.ts `#ownOrFill`): a refusal of it is still a refusal of the project's area
+ *   (access.ts). `unplaced`: the resource whose project is not known yet.
  * - `noCache`: the client asked for revalidation (RFC 9111 §5.2.1.4), when that is honoured.
  *
  * Every stage asks this module; none decides scope, key or gate on its own (an operation's

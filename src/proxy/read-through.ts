@@ -221,7 +221,9 @@ export class ReadThrough {
    * area they hold no grant for can never be proven that way (a 200 to it is not taken as proof of
    * the expanded area): from here it is the caller's own request, as in `user` mode (their own
    * key, their access confirmed as any user's, their fills coalesced across replicas on that key),
-   * and Cache-Status, the access log and the fill say so.
+   * and Cache-Status, the access log and the fill say so. The question's project and areas stay
+   * the Decision's: a refusal of it drops the member's proof of the project on every replica, as
+   * a refusal on the shared key would (access.ts).
    */
   #ownOrFill(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
     const extra = d.areas & ~operationAreaMask(d.canonical);
@@ -257,7 +259,7 @@ export class ReadThrough {
   /** A fill, as the verdict named it (judge.ts): whether another replica's entry may answer it, whether the caller's access is confirmed. */
   async #fillAndServe(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
     const standing: Standing = how === 'fill-own' ? 'unproven' : how === 'fill-unconfirmed' ? 'unconfirmed' : 'confirmed';
-    const job = this.#job(d, how);
+    const job = this.#job(d, how, 'client', found !== undefined);
     const run = this.#filler.run(job);
     let result: FillResult<Unstored>;
     try {
@@ -362,15 +364,21 @@ export class ReadThrough {
    * chooses. A 200 renews the proofs of whoever's credential got it: their identity, their
    * confirmation of the project the answer reveals, their grant for the operation's area.
    */
-  #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client'): FillJob<Unstored> {
-    // A member without proof coalesces here only with their own requests; across replicas it may
-    // wait on the shared key's fill once per request (`ownWaited`), and what it waited for is then
-    // judged (#afterOwnWait).
+  #job(d: Decision, how: FillVerdict, priority: BudgetPriority = 'client', held = false): FillJob<Unstored> {
+    // A member without proof coalesces here only with their own requests, and across replicas on
+    // a lock of their own beside the shared key's: never on the shared key's lock, which the team's
+    // fills wait on (a caller the instance refuses would hold them back for a whole request).
+    // When nothing is held it may wait on the team's fill once per request (`ownWaited`); what it
+    // waited for, either fill's, is then judged (#afterOwnWait). With an entry held, the fill in
+    // flight is a refresh, which proves nothing the grants just looked up did not.
     const own = how === 'fill-own';
+    const mayWait = own && !d.ownWaited;
     return {
       key: d.key,
       fillKey: own ? d.ownKey : d.fillKey,
-      lockKey: own && !d.ownWaited ? d.key : undefined,
+      lockKey: mayWait ? d.key : undefined,
+      lockOwner: mayWait ? d.caller.scope : undefined,
+      waitKey: mayWait && !held ? d.key : undefined,
       shareable: d.mayRead && !own,
       acceptStored: how === 'fill',
       budget: d,

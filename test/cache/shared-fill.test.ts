@@ -22,9 +22,9 @@ function fakeLock(claim: LockClaim<string>, waited?: string): SharedLock<string>
   const log: string[] = [];
   return {
     log,
-    claim: async (key, ttlMs, acceptStored) => (log.push(`claim ${key} ${ttlMs} ${acceptStored}`), claim),
-    unlock: async (key, token) => void log.push(`unlock ${key} ${token}`),
-    waitFor: async (key, timeoutMs) => (log.push(`wait ${key} ${timeoutMs}`), waited),
+    claim: async (key, ttlMs, acceptStored, _budget, owner) => (log.push(`claim ${key}${owner ? ` as ${owner}` : ''} ${ttlMs} ${acceptStored}`), claim),
+    unlock: async (key, token, owner) => void log.push(`unlock ${key}${owner ? ` as ${owner}` : ''} ${token}`),
+    waitFor: async (key, timeoutMs, _budget, owner) => (log.push(`wait ${key}${owner ? ` as ${owner}` : ''} ${timeoutMs}`), waited),
   };
 }
 
@@ -203,5 +203,26 @@ describe('SharedFill: one replica produces under the lock', () => {
     expect(lock.log).toEqual([]);
     const memoryOnly = new SharedFill<string, string>({ lock: undefined, ...locked });
     expect(await memoryOnly.run(job()).promise).toBe('mine');
+  });
+
+  it("takes and waits on an owner's lock of the key, never the key's own, for a job that names one", async () => {
+    const free = fakeLock({ token: 't' });
+    expect(await new SharedFill<string, string>({ lock: free, ...locked }).run(job({ lockOwner: 'u:5' })).promise).toBe('mine');
+    await tick();
+    expect(free.log).toEqual(['claim k as u:5 700 false', 'unlock k as u:5 t']);
+    const held = fakeLock(undefined, 'theirs');
+    expect(await new SharedFill<string, string>({ lock: held, ...locked }).run(job({ lockOwner: 'u:5' })).promise).toBe('waited:theirs');
+    expect(held.log).toEqual(['claim k as u:5 700 false', 'wait k as u:5 300']);
+  });
+
+  it("waits once on the lock of a waitKey, never claiming it: its value adopted, else on to the job's own lock", async () => {
+    const theirs = fakeLock({ token: 't' }, 'theirs');
+    expect(await new SharedFill<string, string>({ lock: theirs, ...locked }).run(job({ waitKey: 'team' })).promise).toBe('waited:theirs');
+    expect(theirs.log).toEqual(['wait team 300']);
+    const none = fakeLock({ token: 't' });
+    const j = job({ waitKey: 'team', lockOwner: 'u:5' });
+    expect(await new SharedFill<string, string>({ lock: none, ...locked }).run(j).promise).toBe('mine');
+    await tick();
+    expect(none.log).toEqual(['wait team 300', 'claim k as u:5 700 false', 'unlock k as u:5 t']);
   });
 });

@@ -137,6 +137,29 @@ describe('AccessRules', () => {
   });
 
   it.each([
+    ['member', 401, ['refuse 3 5']],
+    ['member', 403, ['refuse 3 5']],
+    ['member', 404, ['refuse 3 5']],
+    ['member', 429, []],
+    ['project', 403, ['refuse 3 5', 'delete K']],
+    ['project', 404, ['refuse 3 5', 'delete K']],
+    ['project', 500, []],
+  ] as const)("after the fill of a member's question about project 5 (gate %s) answered %i: %o", (gate, status, expected) => {
+    const { log, rules } = recorder();
+    rules.afterFill({ ...request(false, true), gate, projectId: 5 }, status);
+    expect(log).toEqual(expected);
+  });
+
+  it.each([
+    ['member', 403, ['drop 3 5', 'refuse 3 5']],
+    ['project', 401, ['refuse 3 5', 'forget A']],
+  ] as const)("a confirmation of a member's question about project 5 (gate %s) refused %i: %o", (gate, status, expected) => {
+    const { log, rules } = recorder();
+    rules.afterConfirmation({ ...request(false, true), gate, projectId: 5 }, 5, status);
+    expect(log).toEqual(expected);
+  });
+
+  it.each([
     [403, ['drop 3 5']],
     [404, ['drop 3 5']],
     [401, ['forget A']],

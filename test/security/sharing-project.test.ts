@@ -13,6 +13,7 @@ import type { TokenInfo } from '../../src/emulator/state.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { httpGet, startTestProxy, type DeepPartial, type TestProxy, type TestResponse } from '../helpers/proxy.js';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';
+import { isSharedHit, readUntilSharedHit, twoMembersOfOneProject } from '../helpers/sharing.js';
 import { until } from '../helpers/wait.js';
 
 let clock = Date.now();
@@ -43,17 +44,9 @@ beforeAll(async () => {
   emulator = await startTestEmulator();
   redis = await startRedis();
   client = new Redis(redis.url);
-  const members = emulator.tokens.all.filter((t) => !t.is_admin && t.project_ids.length > 0);
-  for (const first of members) {
-    const second = members.find((t) => t !== first && t.project_ids.some((p) => first.project_ids.includes(p)));
-    if (second === undefined) continue;
-    projectId = first.project_ids.find((p) => second.project_ids.includes(p))!;
-    const other = emulator.tokens.all.find((t) => !t.is_admin && !t.project_ids.includes(projectId));
-    if (other === undefined) continue;
-    [a, b, outsider] = [first, second, other];
-    break;
-  }
-  if (a === undefined) throw new Error('the emulator has no two members sharing a project and a non-member');
+  const nonMember = (p: number) => emulator.tokens.all.find((t) => !t.is_admin && !t.project_ids.includes(p));
+  ({ a, b, projectId } = twoMembersOfOneProject(emulator.tokens.all, (p) => nonMember(p) !== undefined));
+  outsider = nonMember(projectId)!;
   pathIds = await idsInside(projectId);
 });
 afterEach(async () => {
@@ -99,20 +92,12 @@ const pathOf = (id: OperationId): string => makePath(getOperation(id), pathIds);
 const RUNS = `/api/v1/projects/${'{p}'}/runs`;
 const runs = (query = '') => RUNS.replace('{p}', String(projectId)) + query;
 const sessions = () => `/api/v1/projects/${projectId}/sessions`;
-const isSharedHit = (res: TestResponse) => /^tm-cache; hit;.*key=project$/.test(String(res.headers['cache-status'] ?? ''));
 
 /** The lists whose items tell a replica which project a run, milestone, session or source belongs to. */
 async function fillProjectLists(p: TestProxy, token: string): Promise<void> {
   for (const path of [runs('?per_page=100'), `/api/v1/projects/${projectId}/milestones`, sessions(), `/api/v1/projects/${projectId}/automation/sources`]) {
     expect((await p.get(path, token)).status).toBe(200);
   }
-}
-
-/** Reads until the answer is a shared hit (proof earned on the way), at most `tries` times; the last answer. */
-async function readUntilSharedHit(p: TestProxy, path: string, token: string, tries = 4): Promise<TestResponse> {
-  let res = await p.get(path, token);
-  for (let i = 1; i < tries && !isSharedHit(res); i++) res = await p.get(path, token);
-  return res;
 }
 
 describe('a member of the project', () => {

@@ -146,8 +146,9 @@ export class RedisConnection {
     return `${this.keyPrefix}{${key}}`;
   }
 
-  lockKey(key: string): string {
-    return `${this.keyPrefix}{${key}}:lock`;
+  /** The lock of `key`'s fill; an `owner`'s lock of it beside the key's own (the same hash tag: one slot with the entry). */
+  lockKey(key: string, owner?: string): string {
+    return owner === undefined ? `${this.keyPrefix}{${key}}:lock` : `${this.keyPrefix}{${key}}:${owner}:lock`;
   }
 
   tagKey(tag: string): string {

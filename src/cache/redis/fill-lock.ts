@@ -3,6 +3,10 @@
  * for its entry to appear in the Redis tier instead of asking upstream too: the lock role of
  * shared-fill.ts over entries (fill.ts's `FillLock`).
  *
+ * A key's fill has its own lock, which every replica that may share the entry takes or waits on,
+ * and may have an owner's lock beside it (a caller who may not hold the key's own: read-through.ts):
+ * either one's waiters read the same entry.
+ *
  * Invariants: a lock expires by itself (PX), so a replica that dies holding it delays the
  * others by at most its TTL; only the holder's token releases it; and when Redis cannot answer,
  * `claim` grants nothing and `waitFor` returns at once, so every replica fills by itself.
@@ -58,8 +62,8 @@ export class RedisFillLock implements SharedLock<CacheEntry> {
    * SET NX PX: the token if this replica may fill `key`, undefined if another one holds the
    * lock, or if Redis cannot answer (then `waitFor` returns at once).
    */
-  tryLock(key: string, ttlMs: number, budget?: SharedTierBudget): Promise<string | undefined> {
-    return this.#connection.tryLock(this.#connection.lockKey(key), ttlMs, budget);
+  tryLock(key: string, ttlMs: number, budget?: SharedTierBudget, owner?: string): Promise<string | undefined> {
+    return this.#connection.tryLock(this.#connection.lockKey(key, owner), ttlMs, budget);
   }
 
   /**
@@ -68,19 +72,19 @@ export class RedisFillLock implements SharedLock<CacheEntry> {
    * fill again for nothing (a CI burst's extra upstream requests). A stored entry that is not
    * fresh (or not valid for its key) is no answer to a fill: then the lock is asked for alone.
    */
-  async claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget): Promise<LockClaim<CacheEntry>> {
+  async claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget, owner?: string): Promise<LockClaim<CacheEntry>> {
     if (!acceptStored) {
-      const token = await this.tryLock(key, ttlMs, budget);
+      const token = await this.tryLock(key, ttlMs, budget, owner);
       return token === undefined ? undefined : { token };
     }
-    const [lockKey, entryKey] = [this.#connection.lockKey(key), this.#connection.entryKey(key)];
+    const [lockKey, entryKey] = [this.#connection.lockKey(key, owner), this.#connection.entryKey(key)];
     const { token, px } = newLock(ttlMs);
     const claimed = await this.#connection.call('lock', (c) => (c as unknown as LockCommands).tmcClaimFillBuffer(lockKey, entryKey, token, px), budget);
     if (claimed === 1) return { token };
     if (!Buffer.isBuffer(claimed)) return undefined;
     const entry = await this.#freshEntry(key, claimed);
     if (entry !== undefined) return { entry };
-    const locked = await this.tryLock(key, ttlMs, budget);
+    const locked = await this.tryLock(key, ttlMs, budget, owner);
     return locked === undefined ? undefined : { token: locked };
   }
 
@@ -89,9 +93,9 @@ export class RedisFillLock implements SharedLock<CacheEntry> {
    * key first: the tier's `set` is fire-and-forget, and a waiter that saw the lock gone before
    * the entry landed would fill again for nothing.
    */
-  async unlock(key: string, token: string): Promise<void> {
+  async unlock(key: string, token: string, owner?: string): Promise<void> {
     await this.#tier.pendingWrite(key);
-    await this.#connection.unlock(this.#connection.lockKey(key), token);
+    await this.#connection.unlock(this.#connection.lockKey(key, owner), token);
   }
 
   /**
@@ -99,8 +103,8 @@ export class RedisFillLock implements SharedLock<CacheEntry> {
    * or at once if Redis is unavailable or nobody holds the lock, so the caller fills itself.
    * One script call per poll (RedisConnection.whileLocked).
    */
-  waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget): Promise<CacheEntry | undefined> {
-    const [lockKey, entryKey] = [this.#connection.lockKey(key), this.#connection.entryKey(key)];
+  waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget, owner?: string): Promise<CacheEntry | undefined> {
+    const [lockKey, entryKey] = [this.#connection.lockKey(key, owner), this.#connection.entryKey(key)];
     return this.#connection.whileLocked(timeoutMs, async () => {
       const polled = await this.#connection.call('lock', (c) => (c as unknown as LockCommands).tmcPollFillBuffer(lockKey, entryKey), budget);
       if (polled === -1) return STILL_LOCKED;

@@ -11,7 +11,12 @@
  * | 401, 403, 404 to a caller who may read the key | the entry is dropped from every tier: the instance now refuses what is held, so it is not served stale |
  * | 403, 404 to a project access confirmation | that user's entries of the project are dropped from every tier, on every replica |
  * | 401 to a project access confirmation | the token's identity is forgotten, here and on every replica |
- * | 401, 403, 404 to a fill or confirmation of a project's shared answer (gate `member`) | that user's confirmation and grants of the project are dropped, here and on every replica (access-grants.ts); the shared entry never is: one member's refusal must not evict a team's cache |
+ * | 401, 403, 404 to a fill or confirmation of a member's question about a project (`projectId`) | that user's confirmation and grants of the project are dropped, here and on every replica (access-grants.ts); the shared entry never is: one member's refusal must not evict a team's cache |
+ *
+ * A member's question about a project is one whose answer the project shares (`cache.sharing:
+ * project`), whichever key it is answered from: the shared one (gate `member`), or the member's
+ * own when it expands an area they hold no grant for (read-through.ts `#ownOrFill`, gate
+ * `project`). The refusal is of the project's area either way, so it drops the same proof.
  */
 import type { EntryGate } from '../decide.js';
 import type { Caller } from './caller.js';
@@ -36,7 +41,7 @@ export interface AnsweredRequest {
   readonly gate: EntryGate;
   readonly caller: Caller;
   readonly authorization: string;
-  /** A project's shared answer (gate `member`): its project. */
+  /** A member's question about a project (decide.ts `projectId`, kept when answered from their own key): its project; 0 for any other request. */
   readonly projectId: number;
 }
 
@@ -50,8 +55,9 @@ export class AccessRules {
   afterFill(r: AnsweredRequest, status: number): void {
     if (status === 200 && r.gate === 'admin') this.targets.markAdmin(r.caller);
     if (!REFUSALS.has(status)) return;
-    if (r.gate === 'member') this.targets.refuseMember(r.caller, r.projectId);
-    else if (r.mayRead) this.targets.deleteEntry(r.key);
+    if (r.projectId !== 0) this.targets.refuseMember(r.caller, r.projectId);
+    // The shared entry stays; an entry of the caller's own (their own key included) goes.
+    if (r.gate !== 'member' && r.mayRead) this.targets.deleteEntry(r.key);
   }
 
   /** Each caller served a refusal (leader or coalesced): what it says about that caller's credential. */
@@ -63,7 +69,7 @@ export class AccessRules {
   /** A project access confirmation (access-confirmation.ts) refused with `status`. */
   afterConfirmation(r: AnsweredRequest, projectId: number, status: number): void {
     if (status === 403 || status === 404) this.targets.dropUserProject(r.caller, projectId);
-    if (r.gate === 'member' && REFUSALS.has(status)) this.targets.refuseMember(r.caller, projectId);
+    if (r.projectId !== 0 && REFUSALS.has(status)) this.targets.refuseMember(r.caller, r.projectId);
     if (status === 401) this.targets.forget(r.authorization);
   }
 }
