@@ -8,7 +8,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startHostileUpstream, type HostileUpstream } from '../helpers/hostile.js';
 import { httpGet, startTestProxy, type TestProxy } from '../helpers/proxy.js';
-import { sendRaw } from '../helpers/raw-request.js';
+import { sendRaw, sendRawRequest } from '../helpers/raw-request.js';
 import { proxyOverEmulator } from '../helpers/setup.js';
 
 const env = proxyOverEmulator();
@@ -105,5 +105,15 @@ describe('upstream.forwardPrefixes', () => {
 
   it('still refuses, naming every listed prefix, what it does not list', async () => {
     expectRefusedByRule(await send(`${proxy.url}/health`), '/api/, /__emulator/');
+  });
+});
+
+describe('hop-by-hop headers of a forwarded answer', () => {
+  it('are the client connection’s own: a client that asks to close gets Connection: close, never the instance’s keep-alive', async () => {
+    const { token } = env.emulator.tokens.member(0);
+    const res = await sendRawRequest(env.proxy.url, 'GET', '/api/v1/projects/1/cases', { authorization: `Bearer ${token}` });
+    expect(res.status).toBe((await httpGet(`${env.emulator.url}/api/v1/projects/1/cases`, token)).status);
+    expect(res.headers['connection']).toBe('close');
+    expect(res.headers['keep-alive']).toBeUndefined();
   });
 });

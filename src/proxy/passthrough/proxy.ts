@@ -65,8 +65,11 @@ export async function registerPassthrough(app: FastifyInstance, upstream: Config
         return headers;
       },
       rewriteHeaders: (headers) => {
+        // Hop-by-hop (RFC 9110 §7.6.1): the instance's connection to tm-cache is not the client's,
+        // whose own Connection (a `close` included) node answers for; reply-from drops them for HTTP/2 alone.
+        const { connection: _connection, 'keep-alive': _keepAlive, ...endToEnd } = headers;
         const retryAfter = capRetryAfter(headers['retry-after'], o.now(), o.maxRetryAfterMs());
-        return retryAfter === undefined ? headers : { ...headers, 'retry-after': retryAfter };
+        return retryAfter === undefined ? endToEnd : { ...endToEnd, 'retry-after': retryAfter };
       },
       onResponse: (request, reply, res) => {
         o.onAnswer(request, res.statusCode, reply.elapsedTime, headersOf(res)['retry-after']);
