@@ -102,7 +102,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     (attributedTo?: string): UpstreamObserver =>
     (operation, status, seconds, caller) => {
       metrics.upstream(operation, status, seconds);
-      stats.upstream(now(), attributedTo ?? operation, typeof caller === "number" ? caller : undefined);
+      stats.upstream(now(), attributedTo ?? operation, typeof caller === 'number' ? caller : undefined);
     };
   const upstream = observeUpstream(client, health, observe());
   // Identity look-ups get their own budget over the same pool: junk tokens cannot starve fills.
