@@ -48,7 +48,7 @@ import { LEASE_TTL_MS, MemoryBudgetStore, type BudgetShape, type BudgetStore, ty
 
 export type BudgetPriority = 'client' | 'unverified' | 'background' | 'ahead';
 /** Highest first: the order tokens go to waiters in. */
-export const BUDGET_PRIORITIES: readonly BudgetPriority[] = ['client', 'unverified', 'background', 'ahead'];
+const BUDGET_PRIORITIES: readonly BudgetPriority[] = ['client', 'unverified', 'background', 'ahead'];
 
 /** Where this replica's tokens come from: the fleet's shared bucket, its fallback share (Redis down), or its own (no Redis). */
 export type BudgetMode = 'shared' | 'fallback' | 'local';
