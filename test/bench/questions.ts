@@ -3,7 +3,7 @@
  * facts of a project a question set needs (an active run, a milestone), and the question sets
  * themselves: a CI job's ten questions and a dashboard's twelve panels.
  */
-import type { Dispatcher, Pool } from 'undici';
+import { Pool, type Dispatcher } from 'undici';
 import { quantile } from './report.js';
 import type { Emulator } from './servers.js';
 
@@ -45,6 +45,44 @@ export function tally(labels: Iterable<string>): Record<string, number> {
   const out: Record<string, number> = {};
   for (const l of labels) out[l] = (out[l] ?? 0) + 1;
   return out;
+}
+
+/** One request of a load: GET unless `method` says otherwise. */
+export interface Ask {
+  readonly path: string;
+  readonly method?: 'GET' | 'PUT';
+  readonly authorization?: string;
+  readonly body?: string;
+}
+
+/**
+ * `count` requests made by `ask`, `atOnce` at a time (each worker sends the next as soon as its
+ * last is answered, its body read whole); the tally of statuses, a failure as `error <code>`.
+ */
+export async function drive(url: string, count: number, atOnce: number, ask: (i: number) => Ask): Promise<Record<string, number>> {
+  const pool = new Pool(url, { connections: atOnce });
+  const statuses: string[] = [];
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < count) {
+      const { path, method = 'GET', authorization, body } = ask(next++);
+      const headers: Record<string, string> = authorization === undefined ? {} : { authorization };
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      try {
+        const res = await pool.request({ method, path, headers, body, headersTimeout: 60_000, bodyTimeout: 60_000 });
+        await res.body.dump();
+        statuses.push(String(res.statusCode));
+      } catch (err) {
+        statuses.push(`error ${(err as { code?: string }).code ?? String(err).slice(0, 40)}`);
+      }
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: atOnce }, worker));
+  } finally {
+    await pool.close();
+  }
+  return tally(statuses);
 }
 
 export interface ProjectFacts {

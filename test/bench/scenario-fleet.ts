@@ -13,18 +13,19 @@ import { latencySummary, tally, timedGet } from './questions.js';
 import { fmt, printTable, type Check } from './report.js';
 import { BENCH_BUDGET, startRedis, startTmCache, type Emulator, type Server, type TokenInfo } from './servers.js';
 
-interface InstanceStats {
+export interface InstanceStats {
   readonly total: number;
   readonly peak_per_s: number;
   readonly rate_limited: number;
   readonly lockouts: number;
 }
 
-const instanceStats = async (em: Emulator): Promise<InstanceStats> => (await em.stats()) as unknown as InstanceStats;
+export const instanceStats = async (em: Emulator): Promise<InstanceStats> => (await em.stats()) as unknown as InstanceStats;
 const members = (em: Emulator): TokenInfo[] => em.tokens.filter((t) => !t.is_admin && t.project_ids.length > 0);
 const coldPath = (t: TokenInfo, n: number): string => `/api/v1/projects/${t.project_ids[0]!}/runs?per_page=25&page=${n}`;
 
-async function withFleet<T>(em: Emulator, count: number, config: Record<string, unknown>, fn: (replicas: Server[]) => Promise<T>): Promise<T> {
+/** `count` replicas of this build over one private redis-server, with `config`; all stopped when `fn` ends. */
+export async function withFleet<T>(em: Emulator, count: number, config: Record<string, unknown>, fn: (replicas: Server[]) => Promise<T>): Promise<T> {
   const redis = await startRedis();
   const replicas: Server[] = [];
   try {

@@ -11,13 +11,18 @@
  *       to 400 ms (each worker asks its next as soon as one is served, and stops at its first
  *       refusal); once the flood has hit a bound (its first refusal), a second member asks 20 cold
  *       questions at once. Target: the victim's misses served during the flood, 20 of 20.
+ *   (e) passthrough floods (security-passthrough.ts): 60 requests without a credential, with a
+ *       cache-buster, or writes, ten at a time to one of two replicas over Redis in front of an
+ *       instance that locks the account out; targets: no 429 from the instance, no lockout, the
+ *       other replica serves a cold miss, the fleet's rate a minute later its budget.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
 import { startHostileUpstream } from '../helpers/hostile-upstream.js';
-import { tally } from './questions.js';
+import { drive, tally } from './questions.js';
+import { runPassthroughFloods, type PassthroughFloodFigure } from './security-passthrough.js';
 import { fmt, printTable, type Check } from './report.js';
 import { startTmCache, type Emulator, type Server, type TokenInfo } from './servers.js';
 
@@ -33,39 +38,6 @@ function memoryOf(pid: number): { rss: number; peak: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kB = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
   return { rss: kB('VmRSS'), peak: kB('VmHWM') };
-}
-
-/** `count` requests, CONCURRENCY at a time; answers the tally of statuses. */
-async function drive(url: string, count: number, request: (i: number) => { path: string; authorization?: string }): Promise<Record<string, number>> {
-  const pool = new Pool(url, { connections: CONCURRENCY });
-  const statuses: Record<string, number> = {};
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < count) {
-      const { path, authorization } = request(next++);
-      let label: string;
-      try {
-        const res = await pool.request({
-          method: 'GET',
-          path,
-          headers: authorization === undefined ? {} : { authorization },
-          headersTimeout: 60_000,
-          bodyTimeout: 60_000,
-        });
-        await res.body.dump();
-        label = String(res.statusCode);
-      } catch (err) {
-        label = `error ${(err as { code?: string }).code ?? String(err).slice(0, 40)}`;
-      }
-      statuses[label] = (statuses[label] ?? 0) + 1;
-    }
-  };
-  try {
-    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-  } finally {
-    await pool.close();
-  }
-  return statuses;
 }
 
 export interface MemoryFigure {
@@ -109,6 +81,7 @@ function spelling(token: string, i: number): string {
 export interface SecurityScenario {
   readonly figures: MemoryFigure[];
   readonly fairness: FairnessFigure;
+  readonly passthrough: PassthroughFloodFigure[];
   readonly checks: Check[];
 }
 
@@ -200,11 +173,14 @@ export async function runSecurityScenario(
 ): Promise<SecurityScenario> {
   const long = 'a'.repeat(14 * 1024);
   const flood = await measure('a: unrecognized tokens, distinct 14 KB URLs', emulator.url, counts.flood, (proxy) =>
-    drive(proxy.url, counts.flood, (i) => ({ path: `/api/v1/projects/1/runs?x${i}=${long}`, authorization: `Bearer ${randomBytes(20).toString('hex')}` })),
+    drive(proxy.url, counts.flood, CONCURRENCY, (i) => ({
+      path: `/api/v1/projects/1/runs?x${i}=${long}`,
+      authorization: `Bearer ${randomBytes(20).toString('hex')}`,
+    })),
   );
   await emulator.resetStats();
   const spelled = await measure('b: one token spelled 10,000 ways', emulator.url, counts.spellings, (proxy) =>
-    drive(proxy.url, counts.spellings, (i) => ({ path: member.path, authorization: spelling(member.token, i) })),
+    drive(proxy.url, counts.spellings, CONCURRENCY, (i) => ({ path: member.path, authorization: spelling(member.token, i) })),
   );
   // The readiness probe (/readyz asks the instance with an unauthenticated GET /user, README
   // "Health") is no look-up of the token: requests without a token are left out.
@@ -214,7 +190,7 @@ export async function runSecurityScenario(
   let huge: MemoryFigure;
   try {
     huge = await measure('c: three concurrent 200 MB answers', hostile.url, 3, (proxy) =>
-      drive(proxy.url, 3, (i) => ({ path: `/api/v1/projects/${i + 1}/runs`, authorization: 'Bearer hostile' })),
+      drive(proxy.url, 3, CONCURRENCY, (i) => ({ path: `/api/v1/projects/${i + 1}/runs`, authorization: 'Bearer hostile' })),
     );
   } finally {
     await hostile.close();
@@ -243,9 +219,11 @@ export async function runSecurityScenario(
       `(d) requests: the flood's concurrency; answers: the flood's. The victim's ${VICTIM_MISSES} cold misses during the flood: ${JSON.stringify(fairness.victimStatuses)}, the slowest in ${fmt(fairness.victimSlowestMs, 0)} ms.`,
     ],
   );
+  const passthrough = await runPassthroughFloods(emulator, ...twoMembers(emulator));
   return {
     figures,
     fairness,
+    passthrough: passthrough.figures,
     checks: [
       { name: 'security: RSS growth, unrecognized-token flood (a)', value: flood.growthMb, unit: 'MB', target: '< 50 MB', pass: flood.growthMb < 50 },
       { name: 'security: upstream GET /user, one token 10,000 ways (b)', value: userLookups, unit: '', target: '= 1', pass: userLookups === 1 },
@@ -259,6 +237,7 @@ export async function runSecurityScenario(
         target: `= ${VICTIM_MISSES}`,
         pass: fairness.victimServed === VICTIM_MISSES,
       },
+      ...passthrough.checks,
     ],
   };
 }

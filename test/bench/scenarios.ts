@@ -229,9 +229,10 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'security',
-    about: 'memory under hostile traffic (token flood, one token 10,000 ways, 200 MB answers) and fairness under a flood (no short mode)',
+    about:
+      'memory under hostile traffic (token flood, one token 10,000 ways, 200 MB answers), fairness under a flood, and passthrough floods against a lockout (two replicas over Redis; about 2 min, no short mode)',
     suite: true,
-    needs: [],
+    needs: ['redis-server'],
     build: true,
     run: async (ctx) => {
       const [em, page] = await withEmulator(ctx);
