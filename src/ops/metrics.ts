@@ -14,7 +14,7 @@ import type { ReloadResult } from '../config/reload.js';
 import type { CertificateReloadResult } from '../config/tls-files.js';
 import type { BudgetEvents, BudgetMode, BudgetSnapshot } from '../upstream/fleet-budget.js';
 import type { CacheEntry } from '../cache/entry.js';
-import type { SharingEvents } from '../proxy/read-through.js';
+import type { SharingEvents } from '../proxy/callers/proofs.js';
 
 /** Status of an answer as a bounded label: 429 on its own (rate limiting is worth its own line). */
 export type StatusClass = '2xx' | '3xx' | '4xx' | '429' | '5xx' | 'error';

@@ -36,7 +36,8 @@ import { exchangeOf } from './exchange.js';
 import { keysOnOrigin } from './decide.js';
 import { OriginKeying } from './origin-keying.js';
 import { Pipeline, type Handler } from './pipeline.js';
-import { ReadThrough, type ReadCache, type SharingEvents } from './read-through.js';
+import { ReadThrough, type ReadCache } from './read-through.js';
+import { ProofKeeper, type SharingEvents } from './callers/proofs.js';
 import { AreaGrants } from './callers/access-grants.js';
 import type { SharedTierBudget } from '../cache/budget.js';
 import { RetryAfterGate } from './callers/retry-after.js';
@@ -254,12 +255,14 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     upstream: deps.upstream,
     policy,
     access,
-    projects,
-    grants,
-    sharing: deps.sharing,
-    refreshers,
-    renewIdentity: (authorization, caller, askedAt, budget) => identity.renew(authorization, caller, askedAt, budget),
-    placeFromShared: config.cache.sharing === 'project' && deps.shared ? placeFromShared(deps.shared, policy) : undefined,
+    proofs: new ProofKeeper({
+      projects,
+      grants,
+      refreshers,
+      events: deps.sharing,
+      renewIdentity: (authorization, caller, askedAt, budget) => identity.renew(authorization, caller, askedAt, budget),
+      findPlace: config.cache.sharing === 'project' && deps.shared ? placeFromShared(deps.shared, policy) : undefined,
+    }),
     staleOnOutage: config.identity.staleOnOutage,
     gate,
     lock: deps.lock,

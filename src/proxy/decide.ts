@@ -17,8 +17,8 @@
  *   (only with their own requests).
  * - `projectId`, `areas`: for a project's shared answer, its project and the areas it reveals
  *   (access-grants.ts); 0 otherwise. Kept when a member's question is answered from their own
- *   key (read-through.ts `#ownOrFill`): a refusal of it is still a refusal of the project's area
- *   (access.ts). `unplaced`: the resource whose project is not known yet.
+ *   key (`decideOwn`): a refusal of it is still a refusal of the project's area (access.ts).
+ *   `unplaced`: the resource whose project is not known yet.
  * - `noCache`: the client asked for revalidation (RFC 9111 §5.2.1.4), when that is honoured.
  *
  * Every stage asks this module; none decides scope, key or gate on its own (an operation's
@@ -26,7 +26,9 @@
  * given a key by `lapsedKey`, here too.
  *
  * `decide` writes the Decision into the request's exchange (exchange.ts), which is also the
- * request's budget for waiting on Redis (budget.ts): a memory hit allocates nothing for either.
+ * request's state (its budget for waiting on Redis, budget.ts): a memory hit allocates nothing for
+ * either. A Decision is never written after `decide` returns it: a member's question answered from
+ * their own key is a second Decision (`decideOwn`), made here too.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { CanonicalRequest } from '../api/normalize.js';
@@ -52,7 +54,20 @@ import { ANY_ORIGIN_SEGMENT, type OriginKeying } from './origin-keying.js';
  */
 export type EntryGate = 'admin' | 'project' | 'identity' | 'member';
 
-export interface Decision extends SharedTierBudget {
+/**
+ * What one request carries through every stage besides its decision: its allowance for waiting on
+ * Redis (budget.ts) and what its fill did. Mutable, per request: the exchange (exchange.ts) is one,
+ * and a refresh ahead (refresh-ahead.ts) has its own.
+ */
+export interface RequestState extends SharedTierBudget {
+  /** A member without proof whose fill already waited on another replica's fill of the shared key: it does not wait again (read-through.ts). */
+  ownWaited: boolean;
+  /** Set by the fill this request leads: how long the upstream took (ms), for its access log line. */
+  upstreamMs: number | undefined;
+}
+
+/** The Decision: made by this module alone, read by every later stage, never written after. */
+export interface Decision {
   /** The request's route (route-memo.ts): its keys per scope. */
   readonly route: CacheableRoute;
   readonly canonical: CanonicalRequest;
@@ -71,10 +86,8 @@ export interface Decision extends SharedTierBudget {
   readonly areas: number;
   /** `cache.sharing: project`, and the project of the resource this names (`run:7`) not known yet: answered in the caller's own scope meanwhile. */
   readonly unplaced: string | undefined;
-  /** A member without proof whose fill already waited on another replica's fill of the shared key: it does not wait again (read-through.ts). */
-  ownWaited: boolean;
-  /** Set by the fill this request leads: how long the upstream took (ms), for its access log line. */
-  upstreamMs: number | undefined;
+  /** The request this decides: its Redis allowance and what its fill did. */
+  readonly request: RequestState;
 }
 
 export interface DecideOptions {
@@ -94,8 +107,8 @@ export interface DecideOptions {
   readonly projectOfResource: (tag: string) => number | undefined;
 }
 
-/** Where `decide` writes: the request's exchange (exchange.ts), the one object a hit allocates. */
-export type DecisionSlots = { -readonly [K in keyof Decision]: Decision[K] };
+/** Where `decide` writes: the request's exchange (exchange.ts), the one object a hit allocates, which is its own RequestState too. */
+export type DecisionSlots = { -readonly [K in keyof Decision]: Decision[K] } & RequestState;
 
 /** Decides a cacheable request from a known caller, at `t`, into `into` (the request's exchange); answers it as the Decision. */
 export function decide(
@@ -162,7 +175,46 @@ export function decide(
   into.areas = areas;
   into.unplaced = gate === 'project' && o.sharing === 'project' ? route.placedBy : undefined;
   into.ownWaited = false;
+  into.request = into;
   return into;
+}
+
+/**
+ * A member's question answered from their own key: it expands an area they hold no grant for, and
+ * a 200 to it proves only its operation's own area (read-through.ts), so it is the caller's own
+ * request, as in `user` mode: their own scope and key, their access to the project confirmed as any
+ * user's. The question's project and areas stay: a refusal of it is still a refusal of the
+ * project's area (access.ts). A new Decision (this path is rare): the first is never rewritten.
+ */
+export function decideOwn(d: Decision): Decision {
+  return copyOf(d, d.request, { gate: 'project', scope: d.caller.scope, key: d.ownKey, fillKey: d.ownKey });
+}
+
+/** The decision alone, apart from the request's exchange (which holds the request and its socket), with a request state of its own (refresh-ahead.ts). */
+export function detachedDecision(d: Decision): Decision {
+  return copyOf(d, { ownWaited: false, upstreamMs: undefined, sharedTierSpent: false }, {});
+}
+
+/** Every field of a Decision, taken from `d` unless `changes` says otherwise. */
+function copyOf(d: Decision, request: RequestState, changes: Partial<Pick<Decision, 'gate' | 'scope' | 'key' | 'fillKey'>>): Decision {
+  return {
+    route: d.route,
+    canonical: d.canonical,
+    caller: d.caller,
+    authorization: d.authorization,
+    scope: changes.scope ?? d.scope,
+    gate: changes.gate ?? d.gate,
+    key: changes.key ?? d.key,
+    fillKey: changes.fillKey ?? d.fillKey,
+    mayRead: d.mayRead,
+    noCache: d.noCache,
+    origin: d.origin,
+    ownKey: d.ownKey,
+    projectId: d.projectId,
+    areas: d.areas,
+    unplaced: d.unplaced,
+    request,
+  };
 }
 
 /**

@@ -9,7 +9,8 @@
  * | req, res, start, requestId    | `Pipeline.handle`, at arrival                                |
  * | t, operation, userId          | the pipeline: the clock reading the answer is dated with, and what the record names |
  * | sharedTierSpent               | any Redis role this request waits on (budget.ts)             |
- * | canonical … areas             | `decide` (decide.ts): the Decision                           |
+ * | canonical … request           | `decide` (decide.ts): the Decision, never written after      |
+ * | ownWaited                     | the fill of a member without proof (read-through.ts)         |
  * | upstreamMs                    | the fill this request leads (read-through.ts)                |
  * | sent, savedBy304              | the writer (writer.ts)                                       |
  * | upstream                      | the passthrough, for a forwarded request (app.ts)            |
@@ -23,11 +24,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { CanonicalRequest } from '../api/normalize.js';
 import type { Scope } from '../cache/key.js';
 import type { ForwardedRecord, RequestRecord, UpstreamTiming } from '../ops/recorder.js';
-import type { Decision, EntryGate } from './decide.js';
+import type { Decision, EntryGate, RequestState } from './decide.js';
 import type { Caller } from './callers/caller.js';
 import type { CacheableRoute } from './route-memo.js';
 
-export class Exchange implements Decision, RequestRecord, ForwardedRecord {
+export class Exchange implements Decision, RequestState, RequestRecord, ForwardedRecord {
   /**
    * The clock reading the answer is dated with (ms since epoch), set by the pipeline before any
    * stage reads it. Declared without a value on purpose: a field that first holds a number is
@@ -55,6 +56,8 @@ export class Exchange implements Decision, RequestRecord, ForwardedRecord {
   projectId = 0;
   areas = 0;
   unplaced: string | undefined = undefined;
+  /** Itself, once decided (decide.ts): the request the Decision is of. */
+  request: RequestState = this;
   ownWaited = false;
 
   upstreamMs: number | undefined = undefined;

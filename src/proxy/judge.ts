@@ -31,8 +31,8 @@
  */
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';
 import type { TierName } from '../cache/tier.js';
-import { projectOf, type ProjectAccess } from './callers/access-confirmation.js';
-import type { AreaGrants } from './callers/access-grants.js';
+import { projectOf } from './callers/access-confirmation.js';
+import type { CallerProofs } from './callers/proofs.js';
 import type { Decision } from './decide.js';
 import type { RetryAfterGate } from './callers/retry-after.js';
 
@@ -92,8 +92,7 @@ export type Occasion =
 /** What the verdict reads besides the request and what it holds: callers' rate limits, project confirmations and area grants. */
 export interface Facts {
   readonly gate: Pick<RetryAfterGate, 'blockedMs'>;
-  readonly projects: Pick<ProjectAccess, 'isConfirmed' | 'isConfirmedByFill'>;
-  readonly grants: Pick<AreaGrants, 'isGranted'>;
+  readonly proofs: Pick<CallerProofs, 'isConfirmed' | 'isConfirmedByFill' | 'isGranted'>;
 }
 
 const FRESH: Verdict = Object.freeze({ kind: 'fresh' });
@@ -133,8 +132,8 @@ function judgeProof(d: Decision, found: Found | undefined, now: number, facts: F
   // Refused on its confirmation: the instance answers, under the caller's own token.
   if (occasion === 'access-refused') return FILL_OWN;
   const userId = d.caller.userId;
-  const confirmed = occasion === 'access-confirmed' || occasion === 'grants-looked-up' || facts.projects.isConfirmed(userId, d.projectId, now);
-  const granted = confirmed && facts.grants.isGranted(userId, d.projectId, d.areas, now);
+  const confirmed = occasion === 'access-confirmed' || occasion === 'grants-looked-up' || facts.proofs.isConfirmed(userId, d.projectId, now);
+  const granted = confirmed && facts.proofs.isGranted(userId, d.projectId, d.areas, now);
   if (granted) return undefined;
   if (found !== undefined && !confirmed) {
     const blockedMs = facts.gate.blockedMs(userId, now);
@@ -156,8 +155,8 @@ function judgeProof(d: Decision, found: Found | undefined, now: number, facts: F
 function needsConfirmation(d: Decision, entry: CacheEntry, now: number, facts: Facts): boolean {
   if (d.gate !== 'project') return false; // shared admin answers are verified by access.ttlMs; GET /user names no project
   const projectId = projectOf(entry);
-  if (projectId !== undefined) return !facts.projects.isConfirmed(d.caller.userId, projectId, now);
-  return !facts.projects.isConfirmedByFill(entry.storedAt, now);
+  if (projectId !== undefined) return !facts.proofs.isConfirmed(d.caller.userId, projectId, now);
+  return !facts.proofs.isConfirmedByFill(entry.storedAt, now);
 }
 
 /** Must the instance itself answer (no entry another replica stored since the look-up)? For no-cache, and once the look-up was overtaken. */

@@ -33,12 +33,10 @@ import type { FreshnessPolicy } from '../cache/policy.js';
 import { answerFailure, classifyAnswer } from '../upstream/answer.js';
 import { UPSTREAM_HEADERS, toUpstreamError, type BudgetPriority, type Upstream, type UpstreamError, type UpstreamResponse } from '../upstream/client.js';
 import type { AccessRules, AnsweredRequest } from './callers/access.js';
-import { projectOf, type ProjectAccess } from './callers/access-confirmation.js';
-import { operationAreaMask, type AreaGrants } from './callers/access-grants.js';
-import type { Caller } from './callers/caller.js';
-import type { Credential, Refreshers } from './callers/refreshers.js';
-import { ownerOf, placedAfterFill, type Decision, type DecisionSlots } from './decide.js';
-import { judge, type FillVerdict, type Found, type Occasion } from './judge.js';
+import type { CallerProofs } from './callers/proofs.js';
+import type { Credential } from './callers/refreshers.js';
+import { decideOwn, ownerOf, placedAfterFill, type Decision } from './decide.js';
+import { judge, type Facts, type FillVerdict, type Found, type Occasion } from './judge.js';
 import { RefreshAhead } from './refresh-ahead.js';
 import type { RetryAfterGate } from './callers/retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './respond/served.js';
@@ -74,18 +72,8 @@ export interface ReadThroughOptions {
   readonly upstream: Upstream;
   readonly policy: FreshnessPolicy;
   readonly access: AccessRules;
-  /** Per user and project, access confirmed within `access.projectConfirmMs`. */
-  readonly projects: ProjectAccess;
-  /** Per user, project and area, grants within `access.grantTtlMs` (`cache.sharing: project`). */
-  readonly grants: AreaGrants;
-  /** What sharing by project did, for the metrics and the status page. */
-  readonly sharing?: SharingEvents | undefined;
-  /** Whose credential a background refresh of a project's shared entry is asked under (`cache.sharing: project`). */
-  readonly refreshers?: Refreshers | undefined;
-  /** A JSON 200 to a request asked with a credential at `askedAt`: its identity is renewed from then (identity.ts `renew`). */
-  readonly renewIdentity?: ((authorization: string, caller: Caller, askedAt: number, budget?: SharedTierBudget) => void) | undefined;
-  /** Asks the shared store once for the project of a resource whose answers are not placed yet (`cache.sharing: project`). */
-  readonly placeFromShared?: ((tag: string, budget: SharedTierBudget) => Promise<void>) | undefined;
+  /** What callers proved, and what answers prove: confirmations, grants, refreshers, placement (callers/proofs.ts). */
+  readonly proofs: CallerProofs;
   /** `identity.staleOnOutage`: may a caller whose confirmation lapsed be served stale while the instance fails? */
   readonly staleOnOutage: boolean;
   readonly gate: RetryAfterGate;
@@ -107,22 +95,15 @@ export interface ReadThroughOptions {
   readonly mayRefreshAhead?: (() => boolean) | undefined;
 }
 
-/** What sharing by project did (ops/metrics.ts). */
-export interface SharingEvents {
-  /** A fresh hit on a project's shared entry; `entry` tells apart the members it served. */
-  sharedHit(userId: number, entry: CacheEntry): void;
-  /** A member without a grant filled under their own token. */
-  grantFill(): void;
-  /** A shared entry stored by a fill: `userId`'s credential got it. */
-  stored(userId: number, entry: CacheEntry): void;
-}
-
 export class ReadThrough {
   readonly #filler: Filler<Unstored>;
   /** Refresh-ahead, when on: at most one upstream request per key per freshness period. */
   readonly #ahead: RefreshAhead | undefined;
+  /** What the judge reads (judge.ts): the callers' Retry-After gate and proofs. */
+  readonly #facts: Facts;
 
   constructor(private readonly o: ReadThroughOptions) {
+    this.#facts = { gate: o.gate, proofs: o.proofs };
     this.#filler = new Filler<Unstored>({
       store: o.cache,
       lock: o.lock,
@@ -140,8 +121,8 @@ export class ReadThrough {
 
   serve(d: Decision, now: number): Served | Promise<Served> {
     if (!d.mayRead) return this.#act(d, undefined, now, 'lookup');
-    // The Decision is the request's exchange, and its budget (budget.ts): no allocation on a memory hit.
-    const found = this.o.cache.get(d.key, now, d);
+    // The Decision is the request's exchange, and its request state its budget (budget.ts): no allocation on a memory hit.
+    const found = this.o.cache.get(d.key, now, d.request);
     if (found instanceof Promise) return found.then((f) => this.#act(d, f, this.o.now(), 'lookup'));
     return this.#act(d, found, now, 'lookup');
   }
@@ -155,19 +136,16 @@ export class ReadThrough {
 
   /** The verdict on what the request holds (judge.ts), acted on. */
   #act(d: Decision, found: Found | undefined, now: number, occasion: Occasion): Served | Promise<Served> {
-    const verdict = judge(d, found, now, this.o, occasion);
+    const verdict = judge(d, found, now, this.#facts, occasion);
     switch (verdict.kind) {
       case 'fresh': {
         // Refresh-ahead (refresh-ahead.ts hit): one comparison on the common hit, no allocation.
         this.#ahead?.hit(d, found!.entry, now);
-        if (d.gate === 'member') {
-          this.o.sharing?.sharedHit(d.caller.userId, found!.entry);
-          this.o.refreshers?.seen(d.projectId, d.caller, d.authorization, now);
-        }
+        this.o.proofs.servedFresh(d, found!.entry, now);
         return { kind: 'entry', entry: found!.entry, outcome: HIT[found!.tier] };
       }
       case 'stale-while-revalidate':
-        if (d.gate === 'member') this.o.refreshers?.seen(d.projectId, d.caller, d.authorization, now);
+        this.o.proofs.servedStale(d, now);
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
         if (!this.#filler.isRunning(d.fillKey))
           this.#filler.run(this.#job(d, 'fill', 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
@@ -183,7 +161,7 @@ export class ReadThrough {
       case 'fill':
       case 'fill-from-instance':
       case 'fill-unconfirmed':
-        if (d.unplaced !== undefined && this.o.placeFromShared !== undefined) return this.#placeThenFill(d, found, now, verdict.kind);
+        if (d.unplaced !== undefined && this.o.proofs.findPlace !== undefined) return this.#placeThenFill(d, found, now, verdict.kind);
         return this.#fillAndServe(d, found, now, verdict.kind);
     }
   }
@@ -226,23 +204,19 @@ export class ReadThrough {
    * a refusal on the shared key would (access.ts).
    */
   #ownOrFill(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
-    const extra = d.areas & ~operationAreaMask(d.canonical);
-    if (extra === 0 || d.ownKey === d.key || this.o.grants.isGranted(d.caller.userId, d.projectId, extra, now)) {
-      this.o.sharing?.grantFill();
+    if (d.ownKey === d.key || !this.o.proofs.lacksExpandedGrant(d, now)) {
+      this.o.proofs.fillingOwn();
       return this.#fillAndServe(d, found, now, 'fill-own');
     }
-    const own = d as DecisionSlots;
-    own.gate = 'project';
-    own.scope = d.caller.scope;
-    own.key = own.fillKey = d.ownKey;
-    const held = this.o.cache.get(d.key, now, d);
-    if (held instanceof Promise) return held.then((f) => this.#act(d, f, this.o.now(), 'lookup'));
-    return this.#act(d, held, now, 'lookup');
+    const own = decideOwn(d);
+    const held = this.o.cache.get(own.key, now, own.request);
+    if (held instanceof Promise) return held.then((f) => this.#act(own, f, this.o.now(), 'lookup'));
+    return this.#act(own, held, now, 'lookup');
   }
 
   /** A member's grants this replica lacks, looked up in the shared store (another replica earned them); then judged again. */
   async #findGrantsThenServe(d: Decision, found: Found): Promise<Served> {
-    await this.o.grants.fetchShared(d.caller.userId, d.projectId, d.areas, d);
+    await this.o.proofs.findGrants(d);
     return this.#act(d, found, this.o.now(), 'grants-looked-up');
   }
 
@@ -252,7 +226,7 @@ export class ReadThrough {
    * scope); this one is filled in the caller's own scope, as in `user` mode.
    */
   async #placeThenFill(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
-    await this.o.placeFromShared!(d.unplaced!, d);
+    await this.o.proofs.findPlace!(d);
     return this.#fillAndServe(d, found, now, how);
   }
 
@@ -265,13 +239,7 @@ export class ReadThrough {
     try {
       result = await this.#resultFor(d, job, run);
     } catch (err) {
-      const failure = toUpstreamError(err);
-      if (standing === 'unproven') return upstreamFailure(failure);
-      if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now);
-      // The fleet's budget is spent: stale within stale-if-error, marked `detail=budget`; else a 429 (served.ts).
-      if (failure.code === 'budget-spent' && found !== undefined && isUsableOnError(found.entry, now)) return staleForBudget(found);
-      if (found !== undefined && isUsableOnError(found.entry, now)) return staleOnError(found);
-      return upstreamFailure(failure);
+      return this.#onFailure(standing, found, toUpstreamError(err), now);
     }
     // Stored by another replica since the look-up: served as the Redis hit it is, access rules included.
     if (result.kind === 'entry' && result.storedEarlier) return this.#act(d, { entry: result.entry, tier: 'redis' }, this.o.now(), 'stored-earlier');
@@ -294,7 +262,7 @@ export class ReadThrough {
    * longer waits. Served, it was collapsed into that fill (RFC 9211), not a hit.
    */
   async #afterOwnWait(d: Decision, entry: CacheEntry): Promise<Served> {
-    d.ownWaited = true;
+    d.request.ownWaited = true;
     const served = await this.#act(d, { entry, tier: 'redis' }, this.o.now(), 'stored-earlier');
     return served.kind === 'entry' && served.entry === entry && served.outcome.kind === 'hit'
       ? { kind: 'entry', entry, outcome: COLLAPSED_INTO_REDIS_FILL }
@@ -328,12 +296,12 @@ export class ReadThrough {
 
   /** A due confirmation of the caller's access to the entry's project: asked (coalesced, shared), then the entry is served, or dropped and the request filled. */
   async #confirmThenServe(d: Decision, found: Found, projectId: number): Promise<Served> {
-    const confirmation = await this.o.projects.confirm(d.caller, d.authorization, projectId, d);
+    const confirmation = await this.o.proofs.confirm(d, projectId);
     const now = this.o.now();
     if (confirmation.kind === 'confirmed') return this.#act(d, found, now, 'access-confirmed');
     if (confirmation.kind === 'failed') {
       // A project's shared answer, while the instance fails: only to a member who holds grants for it.
-      if (d.gate === 'member' && !this.o.grants.isGranted(d.caller.userId, d.projectId, d.areas, now)) return upstreamFailure(confirmation.error);
+      if (d.gate === 'member' && !this.o.proofs.isGranted(d.caller.userId, d.projectId, d.areas, now)) return upstreamFailure(confirmation.error);
       return this.#unconfirmedOnFailure(found, confirmation.error, now);
     }
     const res = confirmation.response;
@@ -350,6 +318,21 @@ export class ReadThrough {
    */
   #servesStaleOnOutage(err: UpstreamError): boolean {
     return this.o.staleOnOutage && isInstanceFailure(err);
+  }
+
+  /**
+   * What a fill that got nothing to store serves when the instance failed, tm-cache could not ask
+   * it, or the fleet's budget had no token in time, by the caller's standing: one ladder for every
+   * failure. A confirmed caller gets a stale entry within stale-if-error (marked `detail=budget`
+   * when the budget deferred it), else the JSON failure (a 429 for the budget: served.ts).
+   */
+  #onFailure(standing: Standing, found: Found | undefined, failure: UpstreamError, now: number, upstreamStatus?: number): Served {
+    if (standing === 'unproven') return upstreamFailure(failure, upstreamStatus);
+    if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now, upstreamStatus);
+    if (found !== undefined && isUsableOnError(found.entry, now)) {
+      return failure.code === 'budget-spent' ? staleForBudget(found) : staleOnError(found, upstreamStatus);
+    }
+    return upstreamFailure(failure, upstreamStatus);
   }
 
   /** What a caller that could not be confirmed gets when asking failed: stale within stale-if-error when allowed, else the failure. */
@@ -372,7 +355,7 @@ export class ReadThrough {
     // waited for, either fill's, is then judged (#afterOwnWait). With an entry held, the fill in
     // flight is a refresh, which proves nothing the grants just looked up did not.
     const own = how === 'fill-own';
-    const mayWait = own && !d.ownWaited;
+    const mayWait = own && !d.request.ownWaited;
     return {
       key: d.key,
       fillKey: own ? d.ownKey : d.fillKey,
@@ -381,28 +364,19 @@ export class ReadThrough {
       waitKey: mayWait && !held ? d.key : undefined,
       shareable: d.mayRead && !own,
       acceptStored: how === 'fill',
-      budget: d,
+      budget: d.request,
       fetch: async (): Promise<Fetched<Unstored>> => {
         const askedAt = this.o.now();
-        const who = priority === 'client' ? d : this.#refreshCredential(d, askedAt);
+        // A background refresh (stale-while-revalidate, refresh-ahead) of a project's shared entry:
+        // under the credential of the member whose proof it renews (refreshers.ts), else the reader's.
+        const who = priority === 'client' ? d : this.o.proofs.refresher(d, askedAt);
         try {
           return await this.#fetch(d, who, askedAt, priority);
         } finally {
-          if (who !== d) this.o.refreshers!.release(who);
+          this.o.proofs.release(d, who);
         }
       },
     };
-  }
-
-  /**
-   * Whose credential a background refresh (stale-while-revalidate, refresh-ahead) of `d`'s entry
-   * is asked under. A project's shared entry: the member who may read it whose proof expires
-   * soonest (refreshers.ts), so that the refresh renews it; nobody qualifying, or any other entry:
-   * the reader's own (who was just served it).
-   */
-  #refreshCredential(d: Decision, now: number): Credential {
-    if (d.gate !== 'member' || this.o.refreshers === undefined) return d;
-    return this.o.refreshers.choose(d.projectId, d.areas, now) ?? d;
   }
 
   async #fetch(d: Decision, who: Credential, askedAt: number, priority: BudgetPriority): Promise<Fetched<Unstored>> {
@@ -417,7 +391,7 @@ export class ReadThrough {
         ? { authorization: who.authorization, ...UPSTREAM_HEADERS }
         : { authorization: who.authorization, origin: d.origin, ...UPSTREAM_HEADERS };
     const res = await this.o.upstream.get(path, headers, caller.userId, priority);
-    d.upstreamMs = performance.now() - started;
+    d.request.upstreamMs = performance.now() - started;
     // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
     const answer = classifyAnswer(res);
     if (answer !== 'not-json') access.afterFill(answered, res.status);
@@ -426,21 +400,13 @@ export class ReadThrough {
     const varied = d.origin !== undefined && answer === 'ok' && this.#variesOnOrigin(d, res);
     // A refresh nobody waits for: what the refusal says of the credential is applied all the same (a 401 forgets it).
     if (priority !== 'client' && (answer === 'unauthorized' || answer === 'forbidden' || answer === 'not-found')) access.afterRefusal(answered, res.status);
-    if (answer === 'ok') this.o.renewIdentity?.(who.authorization, caller, askedAt, d);
-    if (!isStorable(res)) return { kind: 'other', value: { response: res, credentialId: caller.credentialId } };
-    const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d), d);
-    // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
-    const projectId = d.gate === 'member' ? d.projectId : d.gate === 'project' ? projectOf(entry) : undefined;
-    if (projectId !== undefined) this.o.projects.renew(caller.userId, projectId, askedAt, d);
-    if (d.unplaced !== undefined && who === d && !varied) this.#placeAnswer(d, res, askedAt);
-    if (d.gate === 'member') {
-      // And of the operation's area, under their own credential: the grant (access-grants.ts).
-      const area = d.canonical.op.area;
-      if (area !== null) this.o.grants.earn(caller.userId, d.projectId, area, askedAt, d);
-      // A member who proved it with their own request: a credential refreshes may be asked under.
-      if (who === d) this.o.refreshers?.seen(d.projectId, caller, who.authorization, this.o.now());
-      if (!varied) this.o.sharing?.stored(caller.userId, entry);
+    if (!isStorable(res)) {
+      if (answer === 'ok') this.o.proofs.answered(d, who, askedAt, undefined, false, this.o.now());
+      return { kind: 'other', value: { response: res, credentialId: caller.credentialId } };
     }
+    const entry = makeEntry(d.canonical, res, this.o.policy, this.o.now(), ownerOf(d), d.request);
+    this.o.proofs.answered(d, who, askedAt, entry, !varied, this.o.now());
+    if (d.unplaced !== undefined && who === d && !varied) this.#placeAnswer(d, res, askedAt);
     return varied ? { kind: 'entry', entry, keep: false } : { kind: 'entry', entry };
   }
 
@@ -453,10 +419,8 @@ export class ReadThrough {
   #placeAnswer(d: Decision, res: UpstreamResponse, askedAt: number): void {
     const placement = placedAfterFill(d, (tag) => this.o.policy.projectOfResource(tag));
     if (placement === undefined) return;
-    const area = d.canonical.op.area;
-    if (area !== null) this.o.grants.earn(d.caller.userId, placement.projectId, area, askedAt, d);
-    this.o.refreshers?.seen(placement.projectId, d.caller, d.authorization, this.o.now());
-    void this.o.cache.set(placement.key, makeEntry(d.canonical, res, this.o.policy, this.o.now(), undefined, d), d);
+    this.o.proofs.placed(d, placement.projectId, askedAt, this.o.now());
+    void this.o.cache.set(placement.key, makeEntry(d.canonical, res, this.o.policy, this.o.now(), undefined, d.request), d.request);
   }
 
   /** Learns from a browser's answer; true when it was asked for every origin's entry (`|origin=*`) and varies after all. */
@@ -478,12 +442,7 @@ export class ReadThrough {
       return { kind: 'relay', response, outcome: { kind, upstreamStatus: 429 } };
     }
     const failure = answerFailure(res);
-    if (failure !== undefined) {
-      if (standing === 'unproven') return upstreamFailure(failure, status);
-      if (standing === 'unconfirmed') return this.#unconfirmedOnFailure(found, failure, now, status);
-      if (stale) return staleOnError(stale, status);
-      return upstreamFailure(failure, status);
-    }
+    if (failure !== undefined) return this.#onFailure(standing, found, failure, now, status);
     this.o.access.afterRefusal(answeredRequest(d), status);
     return { kind: 'relay', response: this.o.gate.bounded(res, now), outcome: { kind, upstreamStatus: status } };
   }

@@ -28,7 +28,7 @@
  * not the request's exchange, and a budget of its own for waiting on Redis.
  */
 import { isDueForRefreshAhead, type CacheEntry } from '../cache/entry.js';
-import type { Decision } from './decide.js';
+import { detachedDecision, type Decision } from './decide.js';
 
 /** The least a refresh is started ahead of expiry (ms): a timer's and a loaded event loop's slack. */
 const MIN_LEAD_MS = 50;
@@ -103,7 +103,7 @@ export class RefreshAhead {
       clearTimeout(pending.timer);
       this.#scheduled.delete(key);
     }
-    const job = inherited ? d : detached(d);
+    const job = inherited ? d : detachedDecision(d);
     const { storedAt, etag } = entry;
     const delayMs = entry.freshUntil - this.#leadMs(entry) - now;
     if (delayMs <= 0) return this.#fire(job, storedAt, etag, inherited);
@@ -165,28 +165,4 @@ export class RefreshAhead {
 
 function isSameAnswer(entry: CacheEntry, answer: Pick<CacheEntry, 'storedAt' | 'etag'>): boolean {
   return entry.storedAt === answer.storedAt && entry.etag === answer.etag;
-}
-
-/** The decision alone, apart from the request's exchange (which holds the request and its socket), with a Redis budget of its own. */
-function detached(d: Decision): Decision {
-  return {
-    route: d.route,
-    canonical: d.canonical,
-    caller: d.caller,
-    authorization: d.authorization,
-    scope: d.scope,
-    gate: d.gate,
-    key: d.key,
-    fillKey: d.fillKey,
-    mayRead: d.mayRead,
-    noCache: d.noCache,
-    origin: d.origin,
-    ownKey: d.ownKey,
-    projectId: d.projectId,
-    areas: d.areas,
-    unplaced: d.unplaced,
-    ownWaited: false,
-    upstreamMs: undefined,
-    sharedTierSpent: false,
-  };
 }

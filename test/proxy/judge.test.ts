@@ -58,11 +58,11 @@ interface Case {
 function facts(c: Case): Facts {
   return {
     gate: { blockedMs: () => c.blockedMs ?? 0 },
-    projects: {
+    proofs: {
       isConfirmed: (userId, projectId) => c.confirmed && userId === 7 && projectId === 5,
       isConfirmedByFill: (storedAt, now) => now < storedAt + CONFIRM_MS,
+      isGranted: (userId, projectId, mask) => mask === 0 || ((c.granted ?? true) && userId === 7 && projectId === 5),
     },
-    grants: { isGranted: (userId, projectId, mask) => mask === 0 || ((c.granted ?? true) && userId === 7 && projectId === 5) },
   };
 }
 

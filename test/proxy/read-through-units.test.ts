@@ -13,6 +13,7 @@ import { DEFAULT_CONFIG } from '../../src/config/schema.js';
 import { AccessRules, type AccessTargets } from '../../src/proxy/callers/access.js';
 import { ProjectAccess } from '../../src/proxy/callers/access-confirmation.js';
 import { AreaGrants } from '../../src/proxy/callers/access-grants.js';
+import { ProofKeeper } from '../../src/proxy/callers/proofs.js';
 import { decide, lapsedKey, type Decision } from '../../src/proxy/decide.js';
 import { Exchange } from '../../src/proxy/exchange.js';
 import { ReadThrough, type Found, type ReadCache } from '../../src/proxy/read-through.js';
@@ -237,8 +238,7 @@ function readThrough(
     upstream,
     policy: new FreshnessPolicy(DEFAULT_CONFIG.cache.freshness, DEFAULT_CONFIG.cache.staleIfErrorMs),
     access,
-    projects: confirmedProjects(upstream, clock),
-    grants: new AreaGrants({ ttlMs: 300_000, now: () => clock.t }),
+    proofs: new ProofKeeper({ projects: confirmedProjects(upstream, clock), grants: new AreaGrants({ ttlMs: 300_000, now: () => clock.t }) }),
     staleOnOutage: true,
     gate: new RetryAfterGate(60_000, 600_000),
     lockTtlMs: 1_000,

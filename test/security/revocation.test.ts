@@ -123,9 +123,24 @@ async function holdTheOnlySlot(p: TestProxy, lane: 'identity' | 'fill'): Promise
 
 describe('a lapsed identity while the instance fails', () => {
   it('never gets stale answers because tm-cache’s own queue is full', async () => {
-    // The re-verification of the lapsed identity is a GET /user: the identity lane's only slot is taken.
-    const p = await proxyWith({ identity: { ttlMs: 1_000, maxConcurrent: 1, maxQueue: 0 } });
+    // The re-verification of a credential seen before is a GET /user in the fills' lane (known
+    // callers never wait behind unknown credentials): another member's miss takes its only slot.
+    const p = await proxyWith({ identity: { ttlMs: 1_000 }, upstream: { maxConcurrent: 1, maxQueue: 0 } });
     const { token } = await freshToken(3);
+    const path = '/api/v1/projects?per_page=25';
+    expect((await p.get(path, token)).status).toBe(200);
+    await env.emulator.mutate({ op: 'revoke_token', token });
+    clock += 2_000;
+    const { junk } = await holdTheOnlySlot(p, 'fill');
+    const res = await p.get(path, token);
+    await junk;
+    expect(res.status).toBe(503);
+    expect(res.headers['cache-status']).not.toMatch(/stale/);
+  });
+
+  it('is re-verified past junk tokens holding the identity lane: a revoked one gets the instance’s 401', async () => {
+    const p = await proxyWith({ identity: { ttlMs: 1_000, maxConcurrent: 1, maxQueue: 0 } });
+    const { token } = await freshToken(5);
     const path = '/api/v1/projects?per_page=25';
     expect((await p.get(path, token)).status).toBe(200);
     await env.emulator.mutate({ op: 'revoke_token', token });
@@ -133,7 +148,7 @@ describe('a lapsed identity while the instance fails', () => {
     const { junk } = await holdTheOnlySlot(p, 'identity');
     const res = await p.get(path, token);
     await junk;
-    expect(res.status).toBe(503);
+    expect(res.status).toBe(401);
     expect(res.headers['cache-status']).not.toMatch(/stale/);
   });
 
