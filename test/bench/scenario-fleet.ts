@@ -24,7 +24,7 @@ const instanceStats = async (em: Emulator): Promise<InstanceStats> => (await em.
 const members = (em: Emulator): TokenInfo[] => em.tokens.filter((t) => !t.is_admin && t.project_ids.length > 0);
 const coldPath = (t: TokenInfo, n: number): string => `/api/v1/projects/${t.project_ids[0]!}/runs?per_page=25&page=${n}`;
 
-async function withFleet<T>(em: Emulator, count: number, config: Record<string, unknown>, fn: (replicas: Server[]) => Promise<T>): Promise<T> {
+export async function withFleet<T>(em: Emulator, count: number, config: Record<string, unknown>, fn: (replicas: Server[]) => Promise<T>): Promise<T> {
   const redis = await startRedis();
   const replicas: Server[] = [];
   try {
