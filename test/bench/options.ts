@@ -23,7 +23,7 @@ const KNOBS = {
   'redis-duration': { env: 'BENCH_REDIS_DURATION_S', kind: 'number', help: 'redis: measured seconds per server' },
   'miss-pairs': { env: 'BENCH_MISS_PAIRS', kind: 'number', help: 'miss: distinct cold questions' },
   coalesce: { env: 'BENCH_COALESCE', kind: 'number', help: 'miss: concurrent identical cold requests' },
-  'ci-agents': { env: 'BENCH_CI_AGENTS', kind: 'number', help: 'ci-burst: agents' },
+  'ci-agents': { env: 'BENCH_CI_AGENTS', kind: 'number', help: 'ci-burst, first-minute: agents' },
   'fleet-agents': { env: 'BENCH_FLEET_AGENTS', kind: 'number', help: 'fleet-budget, fleet-learn: agents asking cold questions' },
   'fleet-s': { env: 'BENCH_FLEET_S', kind: 'number', help: 'fleet-budget: seconds of cold questions' },
   'fleet-learn-s': { env: 'BENCH_FLEET_LEARN_S', kind: 'number', help: 'fleet-learn: seconds against the unknown limit' },

@@ -71,7 +71,7 @@ export function verdict(c: Check): 'PASS' | 'FAIL' | 'info' | 'SKIP' {
 
 export function printSummary(checks: readonly Check[]): void {
   printTable(
-    'Summary (ratios and counts measured in this run; targets from issues #3, #4 and #10)',
+    'Summary (ratios and counts measured in this run; targets as each scenario states them)',
     ['figure', 'value', 'target', 'verdict'],
     checks.map((c) => [c.name, formatValue(c), c.target, verdict(c)]),
   );

@@ -2,7 +2,7 @@
  * `npm run bench`: the bench's one entry point. tm-cache against baselines measured in the same
  * run, reported as ratios; A/B comparisons with another build; profiles; single measurements.
  *
- *   npm run bench                          # builds, then the suite: hit, miss, redis, emulator, dashboards, capacity, ci-burst, security
+ *   npm run bench                          # builds, then the suite (--list: which scenarios)
  *   npm run bench -- hit miss              # only these scenarios
  *   npm run bench -- --short               # every scenario at its short defaults: checks that it runs
  *   npm run bench -- ab:redis --base /tmp/base
@@ -157,6 +157,7 @@ async function main(argv: string[]): Promise<number> {
         record = { ...base, elapsedS: 0, skipped: why, checks: [] };
       } else {
         console.log(`\n-- ${scenario.name} ...`);
+        if (scenario.budget !== undefined) console.log(`   upstream budget: ${scenario.budget}`);
         try {
           const { checks: own, ...result } = await scenario.run(ctx);
           record = { ...base, elapsedS: (Date.now() - t0) / 1_000, checks: own, result };

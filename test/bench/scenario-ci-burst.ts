@@ -52,7 +52,7 @@ export interface CiBurstScenario {
 }
 
 /** `count` users with tokens who share one project, and that project (issuing tokens as needed). */
-async function usersSharingAProject(emulator: Emulator, count: number): Promise<{ projectId: number; users: TokenInfo[] }> {
+export async function usersSharingAProject(emulator: Emulator, count: number): Promise<{ projectId: number; users: TokenInfo[] }> {
   const issued: TokenInfo[] = [];
   // Users 6 on: the first five are the callers other scenarios and tests rely on.
   for (let next = 6; next < 6 + count * 8; next += count) {

@@ -62,7 +62,7 @@ interface TeamRun {
 }
 
 /** The 12 panels every member of the team polls: the same questions, the project's every area. */
-function teamPanels(f: ProjectFacts): string[] {
+export function teamPanels(f: ProjectFacts): string[] {
   const p = `/api/v1/projects/${f.projectId}`;
   return [
     p,
@@ -142,7 +142,7 @@ export async function runTeamDashboardsScenario(dir: string, options: TeamOption
 }
 
 /** An open project and `size` members with access to it, tokens issued for each. */
-async function makeTeam(emulator: Emulator, size: number): Promise<{ facts: ProjectFacts; members: TokenInfo[] }> {
+export async function makeTeam(emulator: Emulator, size: number): Promise<{ facts: ProjectFacts; members: TokenInfo[] }> {
   const candidates = await emulator.issueTokens(Array.from({ length: 60 }, (_, i) => 6 + i));
   for (let id = 1; id <= 100; id++) {
     const facts = await projectFacts(emulator, id).catch(() => undefined);

@@ -23,6 +23,7 @@ import { runRevocation } from './revocation.js';
 import { runCapacityScenario } from './scenario-capacity.js';
 import { runCiBurstScenario } from './scenario-ci-burst.js';
 import { runDashboardsScenario } from './scenario-dashboards.js';
+import { runFirstMinuteScenario } from './scenario-first-minute.js';
 import { runFleetBudgetScenario, runFleetLearnScenario, runFleetRefreshAheadScenario } from './scenario-fleet.js';
 import { runTeamDashboardsScenario } from './scenario-team-dashboards.js';
 import { runEmulatorScenario } from './scenario-emulator.js';
@@ -30,7 +31,7 @@ import { runHitScenario } from './scenario-hit.js';
 import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
 import { runRedisScenario } from './scenario-redis.js';
 import { runSecurityScenario } from './scenario-security.js';
-import { SERVER_CPU, startTmCache, type Emulator } from './servers.js';
+import { BENCH_BUDGET, SERVER_CPU, startTmCache, type Emulator } from './servers.js';
 
 export interface BenchContext {
   readonly options: Options;
@@ -55,8 +56,17 @@ export interface Scenario {
   readonly needs: readonly Binary[];
   /** Starts this checkout's dist/cli.js (the emulator included). */
   readonly build: boolean;
+  /** The upstream budget its tm-caches run with, and why: printed when it starts. Absent: it starts none. */
+  readonly budget?: string;
   run(ctx: BenchContext): Promise<ScenarioResult>;
 }
+
+/** Most scenarios: the bench's fixed budget (servers.ts BENCH_BUDGET), and why. */
+const FIXED_BUDGET =
+  `fixed at ${BENCH_BUDGET.upstream.budget.requestsPerSecond.toLocaleString('en-US')} req/s (the bench's BENCH_BUDGET, servers.ts), a rate no scenario reaches: ` +
+  "this scenario measures the cache, not the learned budget's cautious start (5 req/s, climbing); first-minute measures tm-cache at its defaults";
+/** The A/B scenarios: this checkout gets the bench's budget, another build none. */
+const AB_BUDGET = `this checkout's ${FIXED_BUDGET.replace(/; first-minute.*/, '')}; the --base build runs at its own defaults`;
 
 const HIT_CONNECTIONS = 32;
 
@@ -72,6 +82,7 @@ async function withEmulator(ctx: BenchContext): Promise<[Emulator, Page]> {
 const SUITE: Scenario[] = [
   {
     name: 'hit',
+    budget: FIXED_BUDGET,
     about: 'memory hit of the 100-run page: tm-cache against bare fastify, Varnish, nginx proxy_cache (32 connections, rotating rounds)',
     suite: true,
     needs: ['wrk'],
@@ -83,6 +94,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'miss',
+    budget: FIXED_BUDGET,
     about: 'distinct cold questions: emulator directly, nginx proxy_pass, tm-cache; then 1,000 concurrent identical cold requests (coalescing)',
     suite: true,
     needs: [],
@@ -106,6 +118,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'redis',
+    budget: FIXED_BUDGET,
     about: 'Redis tier: a Redis-tier hit against a memory hit (identity and gzip clients), bytes stored per entry, memory hits with Redis on',
     suite: true,
     needs: ['wrk', 'redis-server', 'redis-cli'],
@@ -133,6 +146,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'dashboards',
+    budget: FIXED_BUDGET,
     about: '50 dashboards × 4 users polling 12 panels, time compressed (--dash-scale): offload, latency, bytes, delay until a change shows',
     suite: true,
     needs: [],
@@ -148,6 +162,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'team-dashboards',
+    budget: FIXED_BUDGET,
     about:
       'one team of 2, 5, 10 members polling the same 12 panels with their own tokens, cache.sharing user vs project, time compressed (--team-scale): upstream per freshness period against the floor, offload, delay until a change shows',
     suite: true,
@@ -162,6 +177,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'capacity',
+    budget: FIXED_BUDGET,
     about: "one core's capacity for a 90 % fresh / 9 % stale / 1 % miss mix: tm-cache against Varnish and nginx proxy_cache",
     suite: true,
     needs: ['wrk'],
@@ -175,6 +191,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'ci-burst',
+    budget: FIXED_BUDGET,
     about: "a CI fleet's first burst (200 agents, 20 users) against 3 replicas, with a shared Redis and memory only: upstream requests",
     suite: true,
     needs: ['redis-server'],
@@ -184,6 +201,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'fleet-budget',
+    budget: 'its own, fixed at 40 req/s with a burst of 40: what it measures is a fleet kept within a known budget',
     about:
       "a CI fleet against a known budget: 200 agents asking distinct cold questions on 40 req/s (burst 40), 3 replicas + Redis: the instance's peak per second, no client 5xx",
     suite: true,
@@ -199,6 +217,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'fleet-learn',
+    budget: 'none configured (requestsPerSecond 0, the default): the learned budget is what it measures',
     about:
       'an unknown limit: the instance at 20 req/s escalating after 3 429s, no budget configured, 3 replicas + Redis: no lockout, sustained rate ≥ 80 % of the limit',
     suite: true,
@@ -213,6 +232,7 @@ const SUITE: Scenario[] = [
   },
   {
     name: 'fleet-refresh-ahead',
+    budget: FIXED_BUDGET,
     about:
       "polling dashboards with and without refresh-ahead, lone pollers and panels shared by 5 screens: share of polls fresh, upstream requests, p99 against a hit's",
     suite: true,
@@ -228,7 +248,26 @@ const SUITE: Scenario[] = [
       }),
   },
   {
+    name: 'first-minute',
+    budget: 'none configured: tm-cache at its DEFAULT settings (the learned budget, default freshness), what a new deployment gets',
+    about:
+      "a deployment's first minute at default settings against an instance 150 ms away with a limit tm-cache is not told: a cold dashboard, a team of ten, a CI burst of 200, a fleet started during a lockout, a rollout",
+    suite: true,
+    needs: ['redis-server'],
+    build: true,
+    run: async (ctx) =>
+      runFirstMinuteScenario(await ctx.emulator(), {
+        ciAgents: ctx.options.number('ci-agents', 200, 60),
+        ciUsers: 20,
+        pollers: ctx.options.short ? 40 : 60,
+        lockoutS: 30,
+        afterLockoutS: ctx.options.short ? 20 : 30,
+        rolloutWindowS: ctx.options.short ? 15 : 30,
+      }),
+  },
+  {
     name: 'security',
+    budget: `${FIXED_BUDGET}; its passthrough floods (part e) set 10 req/s, burst 5: the budget the attack is measured against`,
     about:
       'memory under hostile traffic (token flood, one token 10,000 ways, 200 MB answers), fairness under a flood, and passthrough floods against a lockout (two replicas over Redis; about 2 min, no short mode)',
     suite: true,
@@ -244,6 +283,7 @@ const SUITE: Scenario[] = [
 const EXTRA: Scenario[] = [
   {
     name: 'ab:hit',
+    budget: AB_BUDGET,
     about: 'this build against --base, serving at once in rotating rounds: memory hits (identity, gzip clients) and misses',
     suite: false,
     needs: ['wrk'],
@@ -257,6 +297,7 @@ const EXTRA: Scenario[] = [
   },
   {
     name: 'ab:redis',
+    budget: AB_BUDGET,
     about: "Redis-tier hits of this build and --base's side by side, with this build's memory hit as the reference (--encrypted)",
     suite: false,
     needs: ['wrk', 'redis-server'],
@@ -270,6 +311,7 @@ const EXTRA: Scenario[] = [
   },
   {
     name: 'ab:miss',
+    budget: AB_BUDGET,
     about: 'misses against nginx proxy_pass, CPU by thread; optionally --base, --bare-proxy, --nginx-cache, --no-store, --node-flags, --configs',
     suite: false,
     needs: ['nginx'],
@@ -293,6 +335,7 @@ const EXTRA: Scenario[] = [
   },
   {
     name: 'ab:access-log',
+    budget: FIXED_BUDGET,
     about:
       'what the access log costs a memory hit, with stdout a drained pipe, a regular file, /dev/null (log level info; per destination two servers at once, one on and one off, swapped each round; median of the rounds, beside a control pair both off)',
     suite: false,
@@ -315,6 +358,7 @@ const EXTRA: Scenario[] = [
   },
   ...PROFILE_MODES.map((mode): Scenario => ({
     name: `profile:${mode}`,
+    budget: mode === 'bare' ? undefined : FIXED_BUDGET,
     about: `CPU profile of ${{ hit: 'memory hits', redis: 'Redis-tier hits', miss: 'distinct cold misses', bare: 'the bare fastify baseline' }[mode]}: top frames, by origin, GC share (--accept-encoding, --profile-out)`,
     suite: false,
     needs: mode === 'miss' ? [] : mode === 'redis' ? ['wrk', 'redis-server'] : ['wrk'],
@@ -331,6 +375,7 @@ const EXTRA: Scenario[] = [
   })),
   {
     name: 'revocation',
+    budget: "the test replicas' fixed 100,000 req/s (test/helpers/proxy.ts), a rate it never reaches: it measures revocation, not the learned budget",
     about: "the README's revocation figures on the real clock: two replicas over a private redis-server (about 65 s, no short mode)",
     suite: false,
     needs: ['redis-server'],

@@ -28,12 +28,13 @@ export interface Server {
 
 import type { Faults } from '../../src/emulator/faults.js';
 import type { TokenInfo } from '../../src/emulator/state.js';
+import type { StatsSnapshot } from '../../src/emulator/stats.js';
 
 export type { TokenInfo };
 
 export interface Emulator extends Server {
   readonly tokens: TokenInfo[];
-  stats(): Promise<{ total: number; by_route: Record<string, number>; by_token: Record<string, number> }>;
+  stats(): Promise<StatsSnapshot>;
   resetStats(): Promise<void>;
   /** POST /__emulator/mutations (src/emulator/mutations.ts): a change upstream, as the real instance would make it. */
   mutate(body: Record<string, unknown>): Promise<any>;
@@ -97,7 +98,8 @@ export interface TmCacheOptions {
   /**
    * Settings over the defaults (a --config file). This checkout's build gets BENCH_BUDGET unless
    * they say otherwise: the scenarios measure the cache, not the learned budget's cautious start
-   * (the fleet-* scenarios set their own budget, none included). Another build (`cli`) gets none.
+   * (the fleet-* scenarios set their own budget, none included; first-minute runs at the defaults).
+   * Each scenario says which in its output (scenarios.ts `budget`). Another build (`cli`) gets none.
    */
   readonly config?: Record<string, unknown>;
 }
