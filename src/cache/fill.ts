@@ -65,8 +65,10 @@ export interface FillerOptions {
   readonly lock?: FillLock | undefined;
   /** How long a cross-replica lock holds if its owner never releases it (`cache.redis.lockTtlMs`). */
   readonly lockTtlMs: number;
-  /** How long a replica waits for another's fill before filling itself (`cache.redis.lockWaitMs`). */
+  /** How long a replica waits on a fill it may adopt but never claims (`cache.redis.lockWaitMs`). */
   readonly lockWaitMs: number;
+  /** How long a replica follows another's fill while that one holds its lock (shared-fill.ts `followMs`). */
+  readonly followMs?: number | undefined;
   /** Larger entries are answered but not stored. */
   readonly maxEntryBytes: number;
 }
@@ -75,7 +77,7 @@ export class Filler<R> {
   readonly #fill: SharedFill<CacheEntry, FillResult<R>>;
 
   constructor(private readonly o: FillerOptions) {
-    this.#fill = new SharedFill({ lock: o.lock, lockTtlMs: o.lockTtlMs, lockWaitMs: o.lockWaitMs });
+    this.#fill = new SharedFill({ lock: o.lock, lockTtlMs: o.lockTtlMs, lockWaitMs: o.lockWaitMs, followMs: o.followMs });
   }
 
   /** Runs the job, or joins the one already running for its `fillKey`. */

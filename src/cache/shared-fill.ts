@@ -10,9 +10,9 @@
  *        ▼ none (that lock is never taken)
  *   the lock role (Redis), for a job with a lockKey (the key's own lock, or its lockOwner's):
  *        ├ claim ─▶ the value another replica stored since the look-up ─▶ adopt('stored')
- *        ├ claim ─▶ another replica holds the lock ─▶ waitFor ≤ lockWaitMs ─▶ adopt('waited')
+ *        ├ claim ─▶ another replica holds the lock ─▶ waitFor, while it is held ≤ followMs ─▶ adopt('waited')
  *        │                                                nothing usable ─▶ produce, unlocked
- *        └ claim ─▶ the lock ─▶ produce ─▶ unlock once the share landed
+ *        └ claim ─▶ the lock, renewed while producing ─▶ produce ─▶ unlock once the share landed
  *   no lock role (memory only), no lockKey: produce
  *
  * It knows nothing of entries, callers, status codes or access rules: the job says how to look,
@@ -21,9 +21,11 @@
  *
  * Invariants:
  * - One `produce` per key in flight on this replica; its result or rejection is every waiter's.
- * - A replica that dies holding the lock delays the others by at most `lockWaitMs` (its lock
- *   expires after `lockTtlMs` by itself); a lock role that cannot answer grants nothing and waits
- *   for nothing, so every replica produces by itself.
+ * - The lock follows the producer: it is renewed every half `lockTtlMs` while `produce` runs (a
+ *   fill waiting for a budget token, or for a slow instance, is still the fleet's one fill), and
+ *   the others wait while it is held, up to `followMs`. A replica that dies holding the lock stops
+ *   renewing it: it expires within `lockTtlMs`, and the others produce then. A lock role that
+ *   cannot answer grants nothing and waits for nothing, so every replica produces by itself.
  * - The lock is released only once the produced value's shared write has landed: a waiter that
  *   saw the lock gone before the value would produce again for nothing. The release never holds
  *   the result back unless the job asks (`answerAfterShare`).
@@ -47,6 +49,8 @@ export interface SharedLock<V> {
   claim(key: string, ttlMs: number, acceptStored: boolean, budget?: SharedTierBudget, owner?: string): Promise<LockClaim<V>>;
   /** Releases the lock if it still holds `token`. */
   unlock(key: string, token: string, owner?: string): Promise<void>;
+  /** Keeps the lock for another `ttlMs` if it still holds `token` (false: lost, or no answer). */
+  extend(key: string, token: string, ttlMs: number, owner?: string): Promise<boolean>;
   /** The value another replica produced under its lock (`owner`'s, or the key's own); undefined at `timeoutMs`, once the lock is gone without one, or at once when the role cannot answer. */
   waitFor(key: string, timeoutMs: number, budget?: SharedTierBudget, owner?: string): Promise<V | undefined>;
 }
@@ -95,11 +99,26 @@ type SharedFillOptions<V> =
       readonly lock: SharedLock<V> | undefined;
       /** How long a lock holds if its owner never releases it (`cache.redis.lockTtlMs`). */
       readonly lockTtlMs: number;
-      /** How long a replica waits for another's value before producing itself (`cache.redis.lockWaitMs`). */
+      /** How long a replica waits on a lock it did not claim (`waitKey`) before going on (`cache.redis.lockWaitMs`). */
       readonly lockWaitMs: number;
+      /**
+       * How long a replica follows another's fill while that one holds (and renews) its lock:
+       * `lockWaitMs` plus the longest a fill may wait for a budget token; default `lockWaitMs`.
+       */
+      readonly followMs?: number | undefined;
     };
 
 const IGNORE_SHARE: ShareWrite = () => undefined;
+
+/**
+ * Renews a held lock every half TTL until cleared: the others go on waiting for a producer that
+ * is still at work (a failed renewal is no error: the lock expires, and they produce themselves).
+ */
+function renewWhileHeld<V>(lock: SharedLock<V>, key: string, token: string, ttlMs: number, owner: string | undefined): ReturnType<typeof setInterval> {
+  const timer = setInterval(() => void lock.extend(key, token, ttlMs, owner).catch(() => false), Math.max(1, ttlMs / 2));
+  timer.unref?.();
+  return timer;
+}
 
 export class SharedFill<V, R> {
   readonly #coalescer = new Coalescer<R>();
@@ -139,11 +158,13 @@ export class SharedFill<V, R> {
     // Stored by another replica since this one looked (no lock was taken): adopted if usable.
     if (claim !== undefined && 'entry' in claim) return this.#adoptOrProduce(job, claim.entry, 'stored');
     // Another replica holds the lock (or the role cannot answer): its value, else this one's own, unlocked.
-    if (claim === undefined) return this.#adoptOrProduce(job, await lock.waitFor(lockKey, o.lockWaitMs, job.budget, owner), 'waited');
+    if (claim === undefined) return this.#adoptOrProduce(job, await lock.waitFor(lockKey, o.followMs ?? o.lockWaitMs, job.budget, owner), 'waited');
     let shared: Promise<void> | void = undefined;
+    const renewal = renewWhileHeld(lock, lockKey, claim.token, o.lockTtlMs, owner);
     try {
       return await job.produce((write) => (shared = write));
     } finally {
+      clearInterval(renewal);
       const released = Promise.resolve(shared).then(() => lock.unlock(lockKey, claim.token, owner));
       if (job.answerAfterShare === true) await released;
     }

@@ -197,10 +197,14 @@ interface PipelineParts {
  */
 function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, now: () => number, passthrough: Handler): PipelineParts {
   const gate = new RetryAfterGate(config.upstream.defaultRetryAfterMs, config.upstream.maxRetryAfterMs);
+  // A replica's fill (or look-up) may wait up to upstream.budget.maxWaitMs for a token, its lock
+  // renewed meanwhile: the others follow it that long too, rather than ask the same question again.
+  const followMs = config.cache.redis.lockWaitMs + config.upstream.budget.maxWaitMs;
   const identity = new IdentityResolver({
     onLookup: deps.onIdentityLookup,
     lockTtlMs: config.cache.redis.lockTtlMs,
     lockWaitMs: config.cache.redis.lockWaitMs,
+    followMs,
     ttlMs: config.identity.ttlMs,
     accessTtlMs: config.access.ttlMs,
     maxEntries: config.identity.maxEntries,
@@ -268,6 +272,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     lock: deps.lock,
     lockTtlMs: config.cache.redis.lockTtlMs,
     lockWaitMs: config.cache.redis.lockWaitMs,
+    followMs,
     maxEntryBytes: deps.cache.maxEntryBytes,
     now,
     // The key as describeKey shows it: a log line never carries a user id with a canonical query.

@@ -80,6 +80,8 @@ export interface ReadThroughOptions {
   readonly lock?: FillLock | undefined;
   readonly lockTtlMs: number;
   readonly lockWaitMs: number;
+  /** How long a replica follows another's fill of a key while that one holds its lock: lockWaitMs plus the longest wait for a budget token. */
+  readonly followMs?: number | undefined;
   readonly maxEntryBytes: number;
   readonly now: () => number;
   readonly onBackgroundError: (err: unknown, key: string) => void;
@@ -109,6 +111,7 @@ export class ReadThrough {
       lock: o.lock,
       lockTtlMs: o.lockTtlMs,
       lockWaitMs: o.lockWaitMs,
+      followMs: o.followMs,
       maxEntryBytes: o.maxEntryBytes,
     });
     this.#ahead = o.refreshAheadStartAt === undefined ? undefined : this.#refreshAhead(o.refreshAheadStartAt);

@@ -84,6 +84,7 @@ describe('Filler', () => {
       claim: async (key, ttlMs) => (log.push(`lock ${key} ${ttlMs}`), { token: 'token' }),
       unlock: async (key, token) => void log.push(`unlock ${key} ${token}`),
       waitFor: async () => undefined,
+      extend: async () => true,
     };
     const filler = new Filler<string>({ store: s.store, lock, ...options });
     await filler.runAlone(job(async () => ({ kind: 'entry', entry: entry() })));
@@ -98,7 +99,12 @@ describe('Filler', () => {
     const s = fakeStore();
     const theirs = entry();
     const waits: number[] = [];
-    const lock: FillLock = { claim: async () => undefined, unlock: async () => undefined, waitFor: async (_k, ms) => (waits.push(ms), theirs) };
+    const lock: FillLock = {
+      claim: async () => undefined,
+      unlock: async () => undefined,
+      waitFor: async (_k, ms) => (waits.push(ms), theirs),
+      extend: async () => true,
+    };
     const filler = new Filler<string>({ store: s.store, lock, ...options });
     const j = job(async () => ({ kind: 'entry', entry: entry() }));
     expect(await filler.runAlone(j)).toEqual({ kind: 'entry', entry: theirs, stored: true, collapsed: true });
@@ -116,6 +122,7 @@ describe('Filler', () => {
       claim: async (_k, _ttl, acceptStored) => (accepted.push(acceptStored), acceptStored ? { entry: theirs } : { token: 't' }),
       unlock: async () => void log.push('unlock'),
       waitFor: async () => (log.push('wait'), undefined),
+      extend: async () => true,
     };
     const filler = new Filler<string>({ store: s.store, lock, ...options });
     const j = job(async () => ({ kind: 'entry', entry: entry() }));
@@ -129,7 +136,12 @@ describe('Filler', () => {
 
   it('fills itself when the other replica never delivers, and never locks for a fill the caller may not share', async () => {
     const tried: string[] = [];
-    const lock: FillLock = { claim: async (k) => void tried.push(k) as undefined, unlock: async () => undefined, waitFor: async () => undefined };
+    const lock: FillLock = {
+      claim: async (k) => void tried.push(k) as undefined,
+      unlock: async () => undefined,
+      waitFor: async () => undefined,
+      extend: async () => true,
+    };
     const filler = new Filler<string>({ store: fakeStore().store, lock, ...options });
     const j = job(async () => ({ kind: 'other', value: 'x' }));
     await filler.runAlone(j);

@@ -25,6 +25,7 @@ function fakeLock(claim: LockClaim<string>, waited?: string): SharedLock<string>
     claim: async (key, ttlMs, acceptStored, _budget, owner) => (log.push(`claim ${key}${owner ? ` as ${owner}` : ''} ${ttlMs} ${acceptStored}`), claim),
     unlock: async (key, token, owner) => void log.push(`unlock ${key}${owner ? ` as ${owner}` : ''} ${token}`),
     waitFor: async (key, timeoutMs, _budget, owner) => (log.push(`wait ${key}${owner ? ` as ${owner}` : ''} ${timeoutMs}`), waited),
+    extend: async (key, token, ttlMs, owner) => (log.push(`extend ${key}${owner ? ` as ${owner}` : ''} ${token} ${ttlMs}`), true),
   };
 }
 
@@ -224,5 +225,37 @@ describe('SharedFill: one replica produces under the lock', () => {
     expect(await new SharedFill<string, string>({ lock: none, ...locked }).run(j).promise).toBe('mine');
     await tick();
     expect(none.log).toEqual(['wait team 300', 'claim k as u:5 700 false', 'unlock k as u:5 t']);
+  });
+});
+
+describe('SharedFill: the lock follows its producer', () => {
+  it('renews the lock every half TTL while its producer is at work (waiting for a budget token, or the instance), and not after', async () => {
+    const lock = fakeLock({ token: 't1' });
+    const fill = new SharedFill<string, string>({ lock, lockTtlMs: 40, lockWaitMs: 300 });
+    const result = deferred<string>();
+    const run = fill.run(job({ produce: () => result.promise }));
+    await new Promise((r) => setTimeout(r, 110));
+    const renewals = lock.log.filter((l) => l.startsWith('extend')).length;
+    expect(renewals).toBeGreaterThanOrEqual(2);
+    expect(lock.log).toContain('extend k t1 40');
+    result.resolve('mine');
+    expect(await run.promise).toBe('mine');
+    await new Promise((r) => setTimeout(r, 60));
+    expect(lock.log.filter((l) => l.startsWith('extend')).length).toBe(renewals);
+    expect(lock.log.at(-1)).toBe('unlock k t1');
+  });
+
+  it('follows another replica’s fill while its lock is held for followMs, not lockWaitMs', async () => {
+    const lock = fakeLock(undefined, 'theirs');
+    const fill = new SharedFill<string, string>({ lock, lockTtlMs: 700, lockWaitMs: 300, followMs: 10_300 });
+    expect(await fill.run(job()).promise).toBe('waited:theirs');
+    expect(lock.log).toEqual(['claim k 700 false', 'wait k 10300']);
+  });
+
+  it('waits on a lock it never claims (waitKey) lockWaitMs only', async () => {
+    const lock = fakeLock({ token: 't2' });
+    const fill = new SharedFill<string, string>({ lock, lockTtlMs: 700, lockWaitMs: 300, followMs: 10_300 });
+    await fill.run(job({ waitKey: 'team' })).promise;
+    expect(lock.log[0]).toBe('wait team 300');
   });
 });

@@ -325,6 +325,7 @@ describe('ReadThrough over a fake cache and a fake upstream', () => {
       claim: async (_k, _ttl, acceptStored) => (accepted.push(acceptStored), acceptStored ? { entry: theirs } : { token: 't' }),
       unlock: async () => undefined,
       waitFor: async () => undefined,
+      extend: async () => true,
     };
     const noAccess = json(404, makeErrorBody('No such project.'));
     const { upstream, paths } = fakeUpstream(() => noAccess);

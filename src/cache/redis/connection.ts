@@ -95,10 +95,17 @@ const LOCK_SCRIPTS = {
     lua: `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`,
   },
+  // Renews a lock's expiry only if it still holds our token (a holder still at work).
+  tmcExtendLock: {
+    numberOfKeys: 1,
+    lua: `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`,
+  },
 };
 
 interface LockCommands {
   tmcUnlock(lockKey: string, token: string): Promise<number>;
+  tmcExtendLock(lockKey: string, token: string, px: number): Promise<number>;
 }
 
 export class RedisConnection {
@@ -258,6 +265,15 @@ export class RedisConnection {
   /** Releases a lock only if it still holds `token`. */
   async unlock(lockKey: string, token: string): Promise<void> {
     await this.call('lock', (c) => (c as unknown as LockCommands).tmcUnlock(lockKey, token));
+  }
+
+  /**
+   * Keeps a lock this replica holds for another `ttlMs` (a holder still at work: waiting for a
+   * budget token, or for the instance); false once it is not ours any more, or Redis cannot answer.
+   */
+  async extendLock(lockKey: string, token: string, ttlMs: number): Promise<boolean> {
+    const px = Math.max(1, Math.ceil(ttlMs));
+    return (await this.call('lock', (c) => (c as unknown as LockCommands).tmcExtendLock(lockKey, token, px))) === 1;
   }
 
   /**

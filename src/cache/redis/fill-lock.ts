@@ -98,6 +98,11 @@ export class RedisFillLock implements SharedLock<CacheEntry> {
     await this.#connection.unlock(this.#connection.lockKey(key, owner), token);
   }
 
+  /** Keeps this replica's lock of `key` for another `ttlMs` while its fill is at work. */
+  extend(key: string, token: string, ttlMs: number, owner?: string): Promise<boolean> {
+    return this.#connection.extendLock(this.#connection.lockKey(key, owner), token, ttlMs);
+  }
+
   /**
    * Waits for another replica's fill of `key`, at most `timeoutMs`; undefined at the timeout,
    * or at once if Redis is unavailable or nobody holds the lock, so the caller fills itself.

@@ -46,6 +46,7 @@ export class RedisSharedStore {
         return token === undefined ? undefined : { token };
       },
       unlock: (key, token) => connection.unlock(lockKey(key), token),
+      extend: (key, token, ttlMs) => connection.extendLock(lockKey(key), token, ttlMs),
       waitFor: (key, timeoutMs, budget) => {
         const [held, read] = [lockKey(key), { budget, isValid }];
         return connection.whileLocked(timeoutMs, async () => {

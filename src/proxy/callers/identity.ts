@@ -66,6 +66,8 @@ export interface IdentityOptions extends IdentityMemoOptions {
   /** How long a replica's look-up lock holds, and how long the others wait for its identity (`cache.redis.lockTtlMs`, `lockWaitMs`). */
   readonly lockTtlMs?: number;
   readonly lockWaitMs?: number;
+  /** How long the others follow a replica's look-up while it holds the lock (shared-fill.ts `followMs`). */
+  readonly followMs?: number | undefined;
   readonly hmacSecret: Buffer;
   /** Where a credential never seen goes (its own lane: junk cannot take the fills' slots), as its client address, `unverified`. */
   readonly upstream: Upstream;
@@ -111,6 +113,7 @@ export class IdentityResolver {
       lock: options.sharedLocks?.lockFor<SharedIdentityValue>('identity', isSharedIdentity),
       lockTtlMs: options.lockTtlMs ?? 5_000,
       lockWaitMs: options.lockWaitMs ?? 2_000,
+      followMs: options.followMs,
     });
     options.bus?.onInvalidate((message) => this.onInvalidation(message));
   }
