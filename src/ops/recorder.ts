@@ -48,8 +48,8 @@ interface Recorded {
 /** A request the pipeline answered. */
 export interface RequestRecord extends Recorded {
   readonly userId: number | undefined;
-  /** What gated the answer, once decided (decide.ts): the access log names its scope's kind. */
-  readonly gate: EntryGate | undefined;
+  /** What gated the answer, once decided (the Decision that answered, decide.ts): the access log names its scope's kind. */
+  readonly answeredGate: EntryGate | undefined;
   /** Body bytes written, and not written thanks to a 304. */
   readonly sent: number;
   readonly savedBy304: number;
@@ -108,7 +108,7 @@ export class Recorder {
       seconds * 1_000,
       kind,
       outcome.tier,
-      scopeOfGate(r.gate),
+      scopeOfGate(r.answeredGate),
       outcome.detail,
       outcome.upstreamStatus,
       upstreamMs,

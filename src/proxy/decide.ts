@@ -64,6 +64,8 @@ export interface RequestState extends SharedTierBudget {
   ownWaited: boolean;
   /** Set by the fill this request leads: how long the upstream took (ms), for its access log line. */
   upstreamMs: number | undefined;
+  /** What gates the Decision that answers: the first one's, or `decideOwn`'s (Cache-Status, the access log). */
+  answeredGate: EntryGate | undefined;
 }
 
 /** The Decision: made by this module alone, read by every later stage, never written after. */
@@ -175,6 +177,7 @@ export function decide(
   into.areas = areas;
   into.unplaced = gate === 'project' && o.sharing === 'project' ? route.placedBy : undefined;
   into.ownWaited = false;
+  into.answeredGate = gate;
   into.request = into;
   return into;
 }
@@ -187,12 +190,13 @@ export function decide(
  * project's area (access.ts). A new Decision (this path is rare): the first is never rewritten.
  */
 export function decideOwn(d: Decision): Decision {
+  d.request.answeredGate = 'project';
   return copyOf(d, d.request, { gate: 'project', scope: d.caller.scope, key: d.ownKey, fillKey: d.ownKey });
 }
 
 /** The decision alone, apart from the request's exchange (which holds the request and its socket), with a request state of its own (refresh-ahead.ts). */
 export function detachedDecision(d: Decision): Decision {
-  return copyOf(d, { ownWaited: false, upstreamMs: undefined, sharedTierSpent: false }, {});
+  return copyOf(d, { ownWaited: false, upstreamMs: undefined, sharedTierSpent: false, answeredGate: d.gate }, {});
 }
 
 /** Every field of a Decision, taken from `d` unless `changes` says otherwise. */

@@ -59,6 +59,7 @@ export class Exchange implements Decision, RequestState, RequestRecord, Forwarde
   /** Itself, once decided (decide.ts): the request the Decision is of. */
   request: RequestState = this;
   ownWaited = false;
+  answeredGate: EntryGate | undefined = undefined;
 
   upstreamMs: number | undefined = undefined;
   sent = 0;

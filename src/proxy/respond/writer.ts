@@ -34,8 +34,8 @@ export interface Reply {
   /** Body bytes sent, and body bytes not sent thanks to a 304: filled here. */
   sent: number;
   savedBy304: number;
-  /** What gates the answer (decide.ts), once decided: a project's shared answer says so in its Cache-Status. */
-  readonly gate: EntryGate | undefined;
+  /** What gated the answer (the Decision that answered, decide.ts): a project's shared answer says so in its Cache-Status. */
+  readonly answeredGate: EntryGate | undefined;
 }
 
 /** Writes `served` as the answer to the exchange's request. */
@@ -118,7 +118,7 @@ const heads = new WeakMap<CacheEntry, HeadCache>();
 
 /** `project` for a project's shared answer: an entry is stored under one key, so its cached head (below) always says the same. */
 function sharedKeyOf(x: Reply): SharedKey | undefined {
-  return x.gate === 'member' ? 'project' : undefined;
+  return x.answeredGate === 'member' ? 'project' : undefined;
 }
 
 function memoryHitHead(entry: CacheEntry, gzip: boolean, body: Buffer, outcome: CacheOutcome, t: number, shared: SharedKey | undefined): string[] {
