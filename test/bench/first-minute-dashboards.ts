@@ -86,7 +86,7 @@ export interface TeamMinute {
  * one proof per area the panels reveal (its grant, access.grantTtlMs, outlives the minute; the
  * project's confirmation is taken as earned with the first proof).
  */
-export function teamFloor(questions: number, members: number): TeamFloor {
+function teamFloor(questions: number, members: number): TeamFloor {
   const periods = Math.ceil(MINUTE_MS / DEFAULT_CONFIG.cache.freshness.default.ttlMs);
   const areas = AREAS.length;
   return { questions, periods, members, areas, total: questions * periods + members * (1 + areas) };
