@@ -39,6 +39,7 @@ import type { Sharing } from '../config/schema.js';
 import { wantsRevalidation } from './respond/headers.js';
 import { keyFor, type CacheableRoute, type Placement, type RouteInfo } from './route-memo.js';
 import type { Caller } from './callers/caller.js';
+import type { UpstreamResponse } from '../upstream/client.js';
 import { ANY_ORIGIN_SEGMENT, type OriginKeying } from './origin-keying.js';
 
 /**
@@ -66,6 +67,12 @@ export interface RequestState extends SharedTierBudget {
   upstreamMs: number | undefined;
   /** What gates the Decision that answers: the first one's, or `decideOwn`'s (Cache-Status, the access log). */
   answeredGate: EntryGate | undefined;
+  /**
+   * The instance's answer to this very question, already asked under this caller's credential by
+   * the identity look-up the request triggered (`GET /user`, pipeline.ts): its fill takes it
+   * instead of asking again, once.
+   */
+  prefetched: UpstreamResponse | undefined;
 }
 
 /** The Decision: made by this module alone, read by every later stage, never written after. */
@@ -196,7 +203,7 @@ export function decideOwn(d: Decision): Decision {
 
 /** The decision alone, apart from the request's exchange (which holds the request and its socket), with a request state of its own (refresh-ahead.ts). */
 export function detachedDecision(d: Decision): Decision {
-  return copyOf(d, { ownWaited: false, upstreamMs: undefined, sharedTierSpent: false, answeredGate: d.gate }, {});
+  return copyOf(d, { ownWaited: false, upstreamMs: undefined, sharedTierSpent: false, answeredGate: d.gate, prefetched: undefined }, {});
 }
 
 /** Every field of a Decision, taken from `d` unless `changes` says otherwise. */

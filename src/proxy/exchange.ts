@@ -26,6 +26,7 @@ import type { Scope } from '../cache/key.js';
 import type { ForwardedRecord, RequestRecord, UpstreamTiming } from '../ops/recorder.js';
 import type { Decision, EntryGate, RequestState } from './decide.js';
 import type { Caller } from './callers/caller.js';
+import type { UpstreamResponse } from '../upstream/client.js';
 import type { CacheableRoute } from './route-memo.js';
 
 export class Exchange implements Decision, RequestState, RequestRecord, ForwardedRecord {
@@ -60,6 +61,7 @@ export class Exchange implements Decision, RequestState, RequestRecord, Forwarde
   request: RequestState = this;
   ownWaited = false;
   answeredGate: EntryGate | undefined = undefined;
+  prefetched: UpstreamResponse | undefined = undefined;
 
   upstreamMs: number | undefined = undefined;
   sent = 0;

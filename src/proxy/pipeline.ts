@@ -186,7 +186,13 @@ export class Pipeline {
       // The exchange is this request's allowance for waiting on Redis (budget.ts), from the identity lookup to the fill lock.
       const result = await identity.resolve(authorization, x, x.req.socket.remoteAddress);
       x.t = this.#o.now();
-      if (result.kind === 'caller') return this.#withCaller(x, route, result.caller, authorization, unmemoized);
+      if (result.kind === 'caller') {
+        // `GET /user` itself, asked plainly (no parameter, no Origin): the look-up's 200 is its answer.
+        if (result.answer !== undefined && route.kind === 'cacheable' && isPlainCurrentUser(route) && x.req.headers.origin === undefined) {
+          x.prefetched = result.answer;
+        }
+        return this.#withCaller(x, route, result.caller, authorization, unmemoized);
+      }
       const refused: Served = {
         kind: 'relay',
         response: result.response,
@@ -265,4 +271,9 @@ function unknownParamsBody(unknown: readonly string[]): ReturnType<typeof makeEr
   const errors: Record<string, string[]> = {};
   for (const name of unknown) errors[name] = [`The ${name} parameter is not defined for this operation.`];
   return makeErrorBody('The given data was invalid.', errors);
+}
+
+/** `GET /user` with no parameter: exactly what the identity look-up asks the instance. */
+function isPlainCurrentUser(route: Extract<RouteInfo, { kind: 'cacheable' }>): boolean {
+  return route.req.op.resource === 'current_user' && route.req.query === '';
 }

@@ -393,7 +393,10 @@ export class ReadThrough {
       d.origin === undefined
         ? { authorization: who.authorization, ...UPSTREAM_HEADERS }
         : { authorization: who.authorization, origin: d.origin, ...UPSTREAM_HEADERS };
-    const res = await this.o.upstream.get(path, headers, caller.userId, priority);
+    // `GET /user` asked through tm-cache by a caller its own look-up just verified: that answer, not a second request.
+    const prefetched = who === d && d.origin === undefined ? d.request.prefetched : undefined;
+    if (prefetched !== undefined) d.request.prefetched = undefined;
+    const res = prefetched ?? (await this.o.upstream.get(path, headers, caller.userId, priority));
     d.request.upstreamMs = performance.now() - started;
     // An answer that is not the API's (an SSO page) says nothing about the caller's rights.
     const answer = classifyAnswer(res);

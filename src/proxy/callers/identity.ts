@@ -34,7 +34,13 @@ import type { Caller } from './caller.js';
 import { unverifiedRequester, type Requester } from './requester.js';
 
 export type IdentityResult =
-  | { readonly kind: 'caller'; readonly caller: Caller; readonly via?: 'shared' | 'upstream' }
+  | {
+      readonly kind: 'caller';
+      readonly caller: Caller;
+      readonly via?: 'shared' | 'upstream';
+      /** The instance's 200 to GET /user that verified the caller (`via: 'upstream'`): a `GET /user` asked through tm-cache is answered with it, never asked twice. */
+      readonly answer?: UpstreamResponse;
+    }
   /** Upstream refused the credential (401/403): relay this answer verbatim. */
   | { readonly kind: 'refused'; readonly response: UpstreamResponse };
 
@@ -301,7 +307,7 @@ export class IdentityResolver {
       if (userId === undefined) throw new UpstreamError('reset', 'the upstream answered GET /user with no user id');
       const shared: SharedIdentity = { userId, until };
       share(this.options.shared?.setJson('identity', credentialId, shared, until - this.options.now(), budget));
-      return { kind: 'caller', via: 'upstream', caller: await this.remember(authorization, credentialId, userId, until, budget) };
+      return { kind: 'caller', via: 'upstream', caller: await this.remember(authorization, credentialId, userId, until, budget), answer: res };
     }
     if (answer === 'unauthorized') {
       this.forget(authorization);
