@@ -201,13 +201,30 @@ export function decideOwn(d: Decision): Decision {
   return copyOf(d, d.request, { gate: 'project', scope: d.caller.scope, key: d.ownKey, fillKey: d.ownKey });
 }
 
+/**
+ * A request decided before its resource's project was known here (`unplaced`), once it is (the
+ * shared store told it, read-through.ts): the same question in the project's scope, a member's,
+ * as `decide` would decide it now. Undefined while the project is still unknown.
+ */
+export function decidePlaced(d: Decision, projectOfResource: DecideOptions['projectOfResource']): Decision | undefined {
+  const placement = placedAfterFill(d, projectOfResource);
+  if (placement === undefined) return undefined;
+  d.request.answeredGate = 'member';
+  const { key, projectId } = placement;
+  return copyOf(d, d.request, { gate: 'member', scope: projectScope(projectId), key, fillKey: key, projectId, areas: d.route.areas, unplaced: undefined });
+}
+
 /** The decision alone, apart from the request's exchange (which holds the request and its socket), with a request state of its own (refresh-ahead.ts). */
 export function detachedDecision(d: Decision): Decision {
   return copyOf(d, { ownWaited: false, upstreamMs: undefined, sharedTierSpent: false, answeredGate: d.gate, prefetched: undefined }, {});
 }
 
 /** Every field of a Decision, taken from `d` unless `changes` says otherwise. */
-function copyOf(d: Decision, request: RequestState, changes: Partial<Pick<Decision, 'gate' | 'scope' | 'key' | 'fillKey'>>): Decision {
+function copyOf(
+  d: Decision,
+  request: RequestState,
+  changes: Partial<Pick<Decision, 'gate' | 'scope' | 'key' | 'fillKey' | 'projectId' | 'areas' | 'unplaced'>>,
+): Decision {
   return {
     route: d.route,
     canonical: d.canonical,
@@ -221,9 +238,9 @@ function copyOf(d: Decision, request: RequestState, changes: Partial<Pick<Decisi
     noCache: d.noCache,
     origin: d.origin,
     ownKey: d.ownKey,
-    projectId: d.projectId,
-    areas: d.areas,
-    unplaced: d.unplaced,
+    projectId: changes.projectId ?? d.projectId,
+    areas: changes.areas ?? d.areas,
+    unplaced: 'unplaced' in changes ? changes.unplaced : d.unplaced,
     request,
   };
 }

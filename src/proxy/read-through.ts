@@ -35,7 +35,7 @@ import { UPSTREAM_HEADERS, toUpstreamError, type BudgetPriority, type Upstream, 
 import type { AccessRules, AnsweredRequest } from './callers/access.js';
 import type { CallerProofs } from './callers/proofs.js';
 import type { Credential } from './callers/refreshers.js';
-import { decideOwn, ownerOf, placedAfterFill, type Decision } from './decide.js';
+import { decideOwn, decidePlaced, ownerOf, placedAfterFill, type Decision } from './decide.js';
 import { judge, type Facts, type FillVerdict, type Found, type Occasion } from './judge.js';
 import { RefreshAhead } from './refresh-ahead.js';
 import type { RetryAfterGate } from './callers/retry-after.js';
@@ -225,11 +225,15 @@ export class ReadThrough {
 
   /**
    * A miss of an answer whose project is not known here yet: the shared store is asked once
-   * whether another replica learned it (the next request is then placed in the project's
-   * scope); this one is filled in the caller's own scope, as in `user` mode.
+   * whether another replica learned it. Learned, this very request is decided again in the
+   * project's scope (decide.ts `decidePlaced`) and read through there, as a member's: the team's
+   * entry another replica stored answers it, with the proofs the caller holds. Still unknown, it
+   * is filled in the caller's own scope, as in `user` mode.
    */
   async #placeThenFill(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
     await this.o.proofs.findPlace!(d);
+    const placed = decidePlaced(d, (tag) => this.o.policy.projectOfResource(tag));
+    if (placed !== undefined) return this.serve(placed, this.o.now());
     return this.#fillAndServe(d, found, now, how);
   }
 

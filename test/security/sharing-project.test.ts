@@ -186,6 +186,20 @@ describe('a member of the project', () => {
     expect((await emulator.stats()).total).toBe(0);
   });
 
+  it('asking on another replica for a resource one replica placed, is placed there from the first request: the team’s entry from Redis, no request to the instance', async () => {
+    const [r1, r2] = await replicas();
+    const run = `/api/v1/runs/${pathIds['run_id']}`;
+    expect((await r1.get(run, a.token)).status).toBe(200); // placed in its project, the place shared
+    // b proves the runs of the project on r1 (the grant shared through Redis).
+    expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
+    await until(async () => (await client.keys('*project-of*')).length > 0 && (await client.keys('*area-grant*')).length > 0);
+    await emulator.resetStats();
+    const there = await r2.get(run, b.token);
+    expect(there.status).toBe(200);
+    expect(there.headers['cache-status']).toMatch(/^tm-cache; hit;.*detail=redis; key=project$/);
+    expect((await emulator.stats()).by_route['GET /api/v1/runs/{run_id}'] ?? 0).toBe(0);
+  });
+
   it('holding a grant earned on one replica, is served by the other from Redis without asking the instance', async () => {
     const [r1, r2] = await replicas();
     await r1.get(runs(), a.token);
