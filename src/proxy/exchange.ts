@@ -60,6 +60,7 @@ export class Exchange implements Decision, RequestState, RequestRecord, Forwarde
   /** Itself, once decided (decide.ts): the request the Decision is of. */
   request: RequestState = this;
   ownWaited = false;
+  proofWaited = false;
   answeredGate: EntryGate | undefined = undefined;
   prefetched: UpstreamResponse | undefined = undefined;
 

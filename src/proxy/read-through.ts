@@ -207,14 +207,33 @@ export class ReadThrough {
    * a refusal on the shared key would (access.ts).
    */
   #ownOrFill(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
-    if (d.ownKey === d.key || !this.o.proofs.lacksExpandedGrant(d, now)) {
-      this.o.proofs.fillingOwn();
-      return this.#fillAndServe(d, found, now, 'fill-own');
-    }
+    if (d.ownKey === d.key || !this.o.proofs.lacksExpandedGrant(d, now)) return this.#proveOrWait(d, found, now);
     const own = decideOwn(d);
     const held = this.o.cache.get(own.key, now, own.request);
     if (held instanceof Promise) return held.then((f) => this.#act(own, f, this.o.now(), 'lookup'));
     return this.#act(own, held, now, 'lookup');
+  }
+
+  /**
+   * A member without proof of an area proves it once, not once per question: while another of
+   * their questions of that area is proving it (their own fill, under their own token), this one
+   * waits for it and is judged again (granted: the team's entry, or the team's fill; refused: their
+   * own fill, without waiting twice). Else this fill is the proof the others wait on.
+   */
+  #proveOrWait(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
+    const proofs = this.o.proofs;
+    const pending = d.request.proofWaited ? undefined : proofs.provingNow(d);
+    if (pending !== undefined) {
+      d.request.proofWaited = true;
+      const again = (): Served | Promise<Served> => this.serve(d, this.o.now());
+      return pending.then(again, again);
+    }
+    // This request proves it: judged again later (another replica's fill waited for), it never waits on its own proof.
+    d.request.proofWaited = true;
+    proofs.fillingOwn();
+    const proof = this.#fillAndServe(d, found, now, 'fill-own');
+    proofs.proving(d, proof);
+    return proof;
   }
 
   /** A member's grants this replica lacks, looked up in the shared store (another replica earned them); then judged again. */

@@ -81,7 +81,8 @@ describe('strict mode', () => {
 
 describe('upstream protection', () => {
   it('answers 503 with a JSON body when the upstream queue is full', async () => {
-    const small = await startTestProxy(env.emulator.url, { upstream: { maxConcurrent: 1, maxQueue: 1 } });
+    // Sharing by user: four fills of one caller at once (by project, a member's questions of one area wait for one proof first).
+    const small = await startTestProxy(env.emulator.url, { upstream: { maxConcurrent: 1, maxQueue: 1 }, cache: { sharing: 'user' } });
     try {
       const { token, project_ids } = env.emulator.tokens.member(0);
       await small.get('/api/v1/user', token);

@@ -130,6 +130,24 @@ describe('the sharing policy, for a member of a project', () => {
   });
 });
 
+describe('a proof under way', () => {
+  it('is one per member, project and area: another question of that area waits on it, another area or member does not, and it is dropped once settled', async () => {
+    const { proofs } = keeper();
+    const first = memberDecision(runs, caller(2));
+    let settle!: () => void;
+    const proof = new Promise<void>((resolve) => (settle = resolve));
+    expect(proofs.provingNow(first)).toBeUndefined();
+    proofs.proving(first, proof);
+    expect(proofs.provingNow(memberDecision(`${runs}?per_page=50`, caller(2)))).toBe(proof);
+    expect(proofs.provingNow(memberDecision(`/api/v1/projects/${PROJECT}/milestones`, caller(2)))).toBeUndefined();
+    expect(proofs.provingNow(memberDecision(runs, caller(3)))).toBeUndefined();
+    settle();
+    await proof;
+    await Promise.resolve();
+    expect(proofs.provingNow(first)).toBeUndefined();
+  });
+});
+
 describe('decideOwn', () => {
   it("answers a member's question from their own key in a new Decision: the first is never rewritten, the request is the same", () => {
     const d = memberDecision(milestonesWithUsers, caller(2));

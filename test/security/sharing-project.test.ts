@@ -200,6 +200,23 @@ describe('a member of the project', () => {
     expect((await emulator.stats()).by_route['GET /api/v1/runs/{run_id}'] ?? 0).toBe(0);
   });
 
+  it('without a grant for an area, proves it once: their other questions of it wait for that proof, then read the team’s entries', async () => {
+    const [r1] = await replicas();
+    const pages = ['?per_page=15', '?per_page=25', '?per_page=50'].map((q) => runs(q));
+    for (const page of pages) expect((await r1.get(page, a.token)).status).toBe(200); // the team's entries
+    await emulator.faults({ latency_ms: 300 });
+    try {
+      await emulator.resetStats();
+      const answers = await Promise.all(pages.map((page) => r1.get(page, b.token)));
+      for (const res of answers) expect(res.status).toBe(200);
+      // One of b's questions proved the runs of the project; the others waited for it and were shared hits.
+      expect((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs']).toBe(1);
+      expect(answers.filter(isSharedHit).length).toBe(2);
+    } finally {
+      await emulator.clearFaults();
+    }
+  });
+
   it('holding a grant earned on one replica, is served by the other from Redis without asking the instance', async () => {
     const [r1, r2] = await replicas();
     await r1.get(runs(), a.token);

@@ -67,6 +67,13 @@ export interface CallerProofs {
   servedStale(r: ProvenRequest, now: number): void;
   /** A member without proof is about to fill under their own token. */
   fillingOwn(): void;
+  /**
+   * The proof of `r`'s area (its operation's) already under way for this member, by another of
+   * their questions: waited for rather than proven again. Undefined when none is.
+   */
+  provingNow(r: ProvenRequest): Promise<unknown> | undefined;
+  /** `proof` (a member's fill under their own token) proves `r`'s area: their other questions of it wait for it. */
+  proving(r: ProvenRequest, proof: Promise<unknown>): void;
   /** Whose credential a background refresh of `r`'s entry is asked under: a member whose proof it renews, else the reader's own. */
   refresher(r: ProvenRequest, now: number): Credential;
   /** A refresher chosen above is done with. */
@@ -97,6 +104,8 @@ export interface ProofKeeperOptions {
 /** The proofs over their stores (confirmations, grants, refreshers): the one CallerProofs of a replica. */
 export class ProofKeeper implements CallerProofs {
   readonly findPlace: ((r: ProvenRequest) => Promise<void>) | undefined;
+  /** Proofs under way, by member, project and area: one each, dropped when settled. */
+  readonly #proving = new Map<string, Promise<unknown>>();
 
   constructor(private readonly o: ProofKeeperOptions) {
     const find = o.findPlace;
@@ -142,6 +151,18 @@ export class ProofKeeper implements CallerProofs {
     this.o.events?.grantFill();
   }
 
+  provingNow(r: ProvenRequest): Promise<unknown> | undefined {
+    return this.#proving.get(provingKey(r));
+  }
+
+  proving(r: ProvenRequest, proof: Promise<unknown>): void {
+    const key = provingKey(r);
+    if (this.#proving.has(key)) return;
+    this.#proving.set(key, proof);
+    const done = (): void => void (this.#proving.get(key) === proof && this.#proving.delete(key));
+    proof.then(done, done);
+  }
+
   refresher(r: ProvenRequest, now: number): Credential {
     if (r.gate !== 'member' || this.o.refreshers === undefined) return r;
     return this.o.refreshers.choose(r.projectId, r.areas, now) ?? r;
@@ -172,4 +193,9 @@ export class ProofKeeper implements CallerProofs {
     if (area !== null) this.o.grants.earn(r.caller.userId, projectId, area, askedAt, r.request);
     this.o.refreshers?.seen(projectId, r.caller, r.authorization, now);
   }
+}
+
+/** A member's proof of one area of one project: what their questions of that area wait on. */
+function provingKey(r: ProvenRequest): string {
+  return `${r.caller.userId}|${r.projectId}|${operationAreaMask(r.canonical)}`;
 }
