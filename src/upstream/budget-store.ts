@@ -9,21 +9,30 @@
  * spent up to LEASE_TTL_MS after it was handed out, so a window of T may spend what was handed out
  * over T + LEASE_TTL_MS; that quarter second's worth of the rate is kept out of the bucket, and
  * the fleet sends at most burst + rate × T in any window of T (fleet-budget.ts, "Accounting").
- * Its rate is learned from the instance's 429s (AIMD, as TCP's congestion control, RFC 5681 §3.1):
- * - multiplicative decrease: a 429 pauses the bucket for the Retry-After, and it resumes at
- *   DECREASE_FACTOR of the rate it was actually handing out (the instance said no at that rate);
- *   further 429s during the pause only lengthen it (they are echoes of the same excess);
- * - additive increase: once per INCREASE_INTERVAL_MS in which demand exceeded the bucket
- *   (`constrained`), the rate climbs by a step: a fixed one until the first 429, a small probe
- *   (PROBE_STEP_SHARE of the limit seen) once one has come, so the fleet settles under the
- *   instance's limit and crosses it again only minutes later (each crossing costs a 429 or two,
- *   and the instance escalates repeated ones into a lockout of the whole account).
- * Why the decrease is deep: an instance with a burst of its own lets the fleet climb past its
- * limit until that burst is drained, so the rate of the first 429 overstates the limit (by about
- * √(2 × its burst × the step): 6 req/s on a 20 req/s instance with a burst of 20); resuming at
- * DECREASE_FACTOR of it must land under the real limit, or the next 429 comes within the minute.
- * A fixed budget (`upstream.budget.requestsPerSecond`) is the ceiling: the rate starts there and
- * never climbs past it. Without one, it starts at LEARN_START_RPS with a burst of one second's worth.
+ * A learned bucket (no `upstream.budget.requestsPerSecond`) holds LEARN_BURST_TOKENS whatever its
+ * rate (its burst is that plus LEASE_TTL_MS of the rate). Its rate is learned from the instance's 429s, as botocore's adaptive retries and TCP's
+ * slow start and CUBIC do (RFC 5681 §3.1, RFC 9438):
+ * - start: with nothing remembered, LEARN_START_RPS and a full bucket, so a dashboard's first
+ *   round goes at once;
+ * - growth before any 429: once per INCREASE_INTERVAL_MS in which demand exceeded the bucket
+ *   (`constrained`), GROWTH_FACTOR of the rate, by at most MAX_GROWTH_STEP_RPS. The cap bounds
+ *   the overshoot: the instance's own burst hides the crossing of its limit until it is drained,
+ *   and what the fleet sends past the limit meanwhile comes back as 429s (a few within a minute
+ *   lock the whole account out), so the rate may not outrun the limit by much when it is found;
+ * - a 429 pauses the bucket for the Retry-After, which it resumes empty. It counts when the fleet
+ *   handed out at least LOW_USE_SHARE of its rate over the last whole window: the rate in use
+ *   becomes the ceiling, and the rate DECREASE_FACTOR of it. A 429 at lower use (a replica's first
+ *   request during a lockout, the lockout's echo, someone else's load, a first burst before a
+ *   whole window) says nothing about the rate and cuts nothing; one during a pause only lengthens it;
+ * - regrowth: a cubic, target − (target − from) × (1 − t / REGROW_MS)³, from the cut rate toward
+ *   REGROW_SHARE of the ceiling (the rate that drew the 429 overstates the limit by what the
+ *   instance's burst hid), fast at first and flat near its target; past REGROW_MS, a probe of
+ *   PROBE_STEP_SHARE of the ceiling per interval of unmet demand, so the next crossing is minutes away;
+ * - decay: a ceiling is forgotten FORGET_CEILING_MS after its 429, and the rate grows as at a start
+ *   again (from no less than LEARN_START_RPS): a stale lesson does not starve the next start.
+ * The ceiling lives with the bucket (in Redis: shared), so a new or restarted replica goes on from it.
+ * A fixed budget (`upstream.budget.requestsPerSecond`) is the ceiling of the rate: it starts there,
+ * a 429 cuts it by the same rules, and it regrows by them, never past it.
  *
  * Times are milliseconds on the store's clock (Redis' TIME for the shared store, so replicas' clocks
  * never meet); replies carry durations only.
@@ -79,7 +88,7 @@ export interface BudgetShape {
   readonly startRps: number;
   /** The most the rate may climb to (req/s): the configured budget, or LEARNED_MAX_RPS. */
   readonly maxRps: number;
-  /** The bucket's size at maxRps (scaled down with the rate after 429s); 0: one second's worth of the current rate. */
+  /** The bucket's size at maxRps (scaled down with the rate after 429s); 0: one second's worth of the current rate (a learned bucket: LEARN_BURST_TOKENS). */
   readonly burst: number;
   /** The longest pause a stored value may impose (`upstream.maxRetryAfterMs`): a stale or tampered one is cut to it. */
   readonly maxPauseMs: number;

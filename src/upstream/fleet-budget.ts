@@ -10,7 +10,8 @@
  *   never unlimited, and a paused fleet stays paused.
  * - A 429 from the instance (`onRateLimited`) pauses this replica at once and the whole fleet
  *   through the shared bucket, which every replica reads with its next lease (not per request);
- *   the fleet then resumes at a lower rate and climbs back (budget-store.ts: AIMD).
+ *   a 429 that came while the fleet used its rate lowers it, and it regrows toward (not to) the
+ *   rate that drew it; one at low use (a lockout's echo) only pauses (budget-store.ts: the rules).
  * - Priorities: `client` (a known caller waits for it: fills, access look-ups, the renewal of an
  *   identity seen before, a passthrough request under a credential this replica verified) before
  *   `unverified` (the first look-up of a credential never seen, a passthrough request under one)
@@ -60,7 +61,9 @@ const MAX_LEASE_TOKENS = 20;
 /**
  * The most a lease takes while the rate is learned (no fixed budget): tokens leased are spent
  * before the replica hears of another's 429, so a big lease near the instance's limit turns one
- * 429 into several, and the instance escalates several within a minute into a lockout.
+ * 429 into several, and the instance escalates several within a minute into a lockout. With the
+ * growth capped (budget-store.ts, MAX_GROWTH_STEP_RPS) what a replica sends after the instance's
+ * first refusal and before it hears of it is at most these tokens plus what it had in flight.
  */
 export const LEARNING_MAX_LEASE_TOKENS = 2;
 /** Bounds on the wait before asking the bucket again when it had nothing (ms): a pause is re-read at least every second. */

@@ -2,7 +2,9 @@
  * The fleet budget's bucket in Redis: one hash (`<prefix>budget:fleet`) that every replica leases
  * tokens from, a few at a time, through one Lua script per lease (so replicas never race on it),
  * and that a 429 pauses for the whole fleet. The arithmetic is budget-store.ts's, line for line
- * (`normalizeState`, `leaseFrom`, `rateLimitedFrom`); a contract suite checks both agree.
+ * (`normalizeState`, `forgetStaleCeiling`, `grownRate`, `leaseFrom`, `rateLimitedFrom`); a contract suite,
+ * a table of the learned budget's rules included, checks both agree. The ceiling a 429 taught
+ * (`limit`, `limitAt`, `regrowFrom`) lives in the same hash, so a new or restarted replica goes on from it.
  *
  * Clock: the script reads Redis' TIME, so replicas' clocks never meet; replies carry durations.
  * (Tests pass their own clock instead.)
