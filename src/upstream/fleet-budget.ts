@@ -29,7 +29,8 @@
  * Fast path: a token at hand is taken synchronously, with no promise and no allocation.
  *
  * Accounting (one token per request sent): the shared bucket refills at the rate and holds at most
- * the burst less LEASE_TTL_MS of the rate (budget-store.ts, `capacityOf`), so it hands out at
+ * the burst less LEASE_TTL_MS of the rate (budget-store.ts, `capacityOf`; a learned bucket holds
+ * LEARN_BURST_TOKENS, its burst being that plus LEASE_TTL_MS of the rate), so it hands out at
  * most burst − rate × LEASE_TTL_MS + rate × T tokens in any T. A lease takes about
  * LEASE_WINDOW_MS of the rate however many wait, and a leased token not taken within LEASE_TTL_MS
  * of being asked for is dropped (an answer read late included): the tokens taken in a window of T
@@ -45,7 +46,16 @@
  * (passthrough/budgeted.ts).
  */
 import { FairQueue, type LaneCaller } from './fair-queue.js';
-import { LEASE_TTL_MS, MemoryBudgetStore, type BudgetShape, type BudgetStore, type LeaseReply, type LeaseRequest, type PauseReply } from './budget-store.js';
+import {
+  LEASE_TTL_MS,
+  MemoryBudgetStore,
+  isLearned,
+  type BudgetShape,
+  type BudgetStore,
+  type LeaseReply,
+  type LeaseRequest,
+  type PauseReply,
+} from './budget-store.js';
 
 export type BudgetPriority = 'client' | 'unverified' | 'background' | 'ahead';
 /** Highest first: the order tokens go to waiters in. */
@@ -167,7 +177,7 @@ export class FleetBudget {
     this.#own = new MemoryBudgetStore(options.shape, this.#now, options.shared === undefined ? 1 : options.fallbackShare);
     this.#maxPerCaller = options.maxPerCaller ?? Number.POSITIVE_INFINITY;
     // Without a fixed budget the rate starts below its ceiling and is learned from 429s.
-    this.#maxLeaseTokens = options.shape.startRps < options.shape.maxRps ? LEARNING_MAX_LEASE_TOKENS : MAX_LEASE_TOKENS;
+    this.#maxLeaseTokens = isLearned(options.shape) ? LEARNING_MAX_LEASE_TOKENS : MAX_LEASE_TOKENS;
     this.#mode = options.shared === undefined ? 'local' : 'shared';
     this.#rateRps = Math.min(options.shape.startRps, options.shape.maxRps);
   }
