@@ -9,21 +9,30 @@
  * spent up to LEASE_TTL_MS after it was handed out, so a window of T may spend what was handed out
  * over T + LEASE_TTL_MS; that quarter second's worth of the rate is kept out of the bucket, and
  * the fleet sends at most burst + rate × T in any window of T (fleet-budget.ts, "Accounting").
- * Its rate is learned from the instance's 429s (AIMD, as TCP's congestion control, RFC 5681 §3.1):
- * - multiplicative decrease: a 429 pauses the bucket for the Retry-After, and it resumes at
- *   DECREASE_FACTOR of the rate it was actually handing out (the instance said no at that rate);
- *   further 429s during the pause only lengthen it (they are echoes of the same excess);
- * - additive increase: once per INCREASE_INTERVAL_MS in which demand exceeded the bucket
- *   (`constrained`), the rate climbs by a step: a fixed one until the first 429, a small probe
- *   (PROBE_STEP_SHARE of the limit seen) once one has come, so the fleet settles under the
- *   instance's limit and crosses it again only minutes later (each crossing costs a 429 or two,
- *   and the instance escalates repeated ones into a lockout of the whole account).
- * Why the decrease is deep: an instance with a burst of its own lets the fleet climb past its
- * limit until that burst is drained, so the rate of the first 429 overstates the limit (by about
- * √(2 × its burst × the step): 6 req/s on a 20 req/s instance with a burst of 20); resuming at
- * DECREASE_FACTOR of it must land under the real limit, or the next 429 comes within the minute.
- * A fixed budget (`upstream.budget.requestsPerSecond`) is the ceiling: the rate starts there and
- * never climbs past it. Without one, it starts at LEARN_START_RPS with a burst of one second's worth.
+ * A learned bucket (no `upstream.budget.requestsPerSecond`) holds LEARN_BURST_TOKENS whatever its
+ * rate (its burst is that plus LEASE_TTL_MS of the rate). Its rate is learned from the instance's 429s, as botocore's adaptive retries and TCP's
+ * slow start and CUBIC do (RFC 5681 §3.1, RFC 9438):
+ * - start: with nothing remembered, LEARN_START_RPS and a full bucket, so a dashboard's first
+ *   round goes at once;
+ * - growth before any 429: once per INCREASE_INTERVAL_MS in which demand exceeded the bucket
+ *   (`constrained`), GROWTH_FACTOR of the rate, by at most MAX_GROWTH_STEP_RPS. The cap bounds
+ *   the overshoot: the instance's own burst hides the crossing of its limit until it is drained,
+ *   and what the fleet sends past the limit meanwhile comes back as 429s (a few within a minute
+ *   lock the whole account out), so the rate may not outrun the limit by much when it is found;
+ * - a 429 pauses the bucket for the Retry-After, which it resumes empty. It counts when the fleet
+ *   handed out at least LOW_USE_SHARE of its rate over the last whole window: the rate in use
+ *   becomes the ceiling, and the rate DECREASE_FACTOR of it. A 429 at lower use (a replica's first
+ *   request during a lockout, the lockout's echo, someone else's load, a first burst before a
+ *   whole window) says nothing about the rate and cuts nothing; one during a pause only lengthens it;
+ * - regrowth: a cubic, target − (target − from) × (1 − t / REGROW_MS)³, from the cut rate toward
+ *   REGROW_SHARE of the ceiling (the rate that drew the 429 overstates the limit by what the
+ *   instance's burst hid), fast at first and flat near its target; past REGROW_MS, a probe of
+ *   PROBE_STEP_SHARE of the ceiling per interval of unmet demand, so the next crossing is minutes away;
+ * - decay: a ceiling is forgotten FORGET_CEILING_MS after its 429, and the rate grows as at a start
+ *   again (from no less than LEARN_START_RPS): a stale lesson does not starve the next start.
+ * The ceiling lives with the bucket (in Redis: shared), so a new or restarted replica goes on from it.
+ * A fixed budget (`upstream.budget.requestsPerSecond`) is the ceiling of the rate: it starts there,
+ * a 429 cuts it by the same rules, and it regrows by them, never past it.
  *
  * Times are milliseconds on the store's clock (Redis' TIME for the shared store, so replicas' clocks
  * never meet); replies carry durations only.
@@ -34,20 +43,42 @@
  * lease horizon, which the bucket's capacity leaves room for.
  */
 export const LEASE_TTL_MS = 250;
-/** The rate a fleet without a configured budget starts from (req/s): low enough for any instance that serves a team. */
-export const LEARN_START_RPS = 5;
-/** The ceiling of a learned rate (req/s): in practice demand bounds it, since it climbs only when demand exceeds it. */
+/** The rate a fleet without a configured budget starts from when it remembers nothing (req/s). */
+export const LEARN_START_RPS = 10;
+/**
+ * What a learned bucket holds, whatever its rate (tokens): a dashboard's or a CI job's first
+ * round (6 at a time) goes at once, and an instance whose own burst is smaller answers at most
+ * one of them 429 (one 429 is far from a lockout; several at once are not).
+ */
+export const LEARN_BURST_TOKENS = 6;
+/** The ceiling of a learned rate (req/s): in practice demand bounds it, since it grows only when demand exceeds it. */
 const LEARNED_MAX_RPS = 100_000;
 /** The floor a run of 429s can push the rate to: one request per five seconds. */
 export const MIN_RPS = 0.2;
-/** The rate after a 429, as a share of the rate handed out when it came (see above: deep enough for an instance's burst). */
+/** The rate after a 429 that counts, as a share of the rate in use when it came (botocore's β). */
 export const DECREASE_FACTOR = 0.7;
-/** One additive step per interval in which demand exceeded the bucket. */
+/** A 429 that came while the fleet used less than this share of its rate says nothing about the rate: it pauses, and cuts nothing. */
+export const LOW_USE_SHARE = 0.5;
+/** The rate grows at most once per interval, and only in one in which demand exceeded the bucket. */
 export const INCREASE_INTERVAL_MS = 1_000;
-/** The step until the first 429 (req/s per interval). */
-export const INCREASE_STEP_RPS = 1;
-/** The step once a 429 has been seen: this share of the limit seen per interval (10 % a minute), so the next crossing is minutes away. */
+/** Before any 429 is remembered the rate grows by this factor per interval (slow start)… */
+export const GROWTH_FACTOR = 1.5;
+/**
+ * …by at most this much (req/s per interval): growth past the instance's limit shows only once the
+ * instance's own burst is drained, and what the fleet sends past it meanwhile comes back as 429s.
+ */
+export const MAX_GROWTH_STEP_RPS = 3;
+/** After a 429 the rate regrows toward this share of the rate that drew it (the ceiling), never to it: that rate overstates the limit. */
+export const REGROW_SHARE = 0.9;
+/** The regrowth (a cubic, concave: fast at first, flat near its target) takes this long from the pause's end (ms). */
+export const REGROW_MS = 60_000;
+/** Past the regrowth, each interval probes up by this share of the ceiling (10 % a minute). */
 export const PROBE_STEP_SHARE = 1 / 600;
+/**
+ * A ceiling is forgotten this long after the 429 that set it (ms): the limit may have been raised,
+ * or the 429 came from someone else's load; the rate then grows as at a start again.
+ */
+export const FORGET_CEILING_MS = 600_000;
 /** The window over which tokens handed out are counted, to know the rate actually in use when a 429 comes. */
 export const MEASURE_WINDOW_MS = 1_000;
 
@@ -57,7 +88,7 @@ export interface BudgetShape {
   readonly startRps: number;
   /** The most the rate may climb to (req/s): the configured budget, or LEARNED_MAX_RPS. */
   readonly maxRps: number;
-  /** The bucket's size at maxRps (scaled down with the rate after 429s); 0: one second's worth of the current rate. */
+  /** The bucket's size at maxRps (scaled down with the rate after 429s); 0: one second's worth of the current rate (a learned bucket: LEARN_BURST_TOKENS). */
   readonly burst: number;
   /** The longest pause a stored value may impose (`upstream.maxRetryAfterMs`): a stale or tampered one is cut to it. */
   readonly maxPauseMs: number;
@@ -106,8 +137,12 @@ export interface BucketState {
   tokens: number;
   atMs: number;
   rateRps: number;
-  /** The rate of the last 429 (0: none seen). */
+  /** The ceiling: the rate in use when the last 429 that counted came (0: none remembered). */
   limitRps: number;
+  /** When the pause of that 429 ended: the regrowth's origin, and the ceiling's age. */
+  limitAtMs: number;
+  /** The rate the regrowth started from. */
+  regrowFromRps: number;
   increasedAtMs: number;
   pauseUntilMs: number;
   windowStartMs: number;
@@ -118,19 +153,19 @@ export interface BucketState {
 const finite = (value: number | undefined): value is number => typeof value === 'number' && Number.isFinite(value);
 const clamp = (value: number, low: number, high: number): number => Math.min(high, Math.max(low, value));
 
+/** A shape whose rate is learned (no fixed budget): it starts below its ceiling. */
+export const isLearned = (shape: BudgetShape): boolean => shape.startRps < shape.maxRps;
+
 /**
  * What the bucket holds at most at `rateRps`, times `scale` (a replica's share when alone): the
  * burst at that rate less LEASE_TTL_MS of the rate, which tokens leased before a window may still
  * add to it; at least one token (a burst under a quarter second of the rate plus one is as large as that).
+ * A learned bucket holds LEARN_BURST_TOKENS whatever its rate (its burst is that plus LEASE_TTL_MS of the rate).
  */
 function capacityOf(shape: BudgetShape, rateRps: number, scale = 1): number {
+  if (isLearned(shape)) return Math.max(1, LEARN_BURST_TOKENS * scale);
   const burst = shape.burst > 0 ? (shape.burst * rateRps) / shape.maxRps : rateRps;
   return Math.max(1, (burst - (rateRps * LEASE_TTL_MS) / 1000) * scale);
-}
-
-/** The additive step given the limit seen: fixed before any 429, a probe after one. */
-function increaseStepOf(limitRps: number): number {
-  return limitRps > 0 ? Math.max(0.01, limitRps * PROBE_STEP_SHARE) : INCREASE_STEP_RPS;
 }
 
 /** A stored state made safe to use at `now`: missing fields take a new bucket's values, the rest are bounded. */
@@ -140,11 +175,14 @@ export function normalizeState(stored: Partial<BucketState>, shape: BudgetShape,
   const latest = Math.max(now, pauseUntilMs);
   const capacity = capacityOf(shape, rateRps, scale);
   const windowStartMs = finite(stored.windowStartMs) ? Math.min(stored.windowStartMs, now) : now;
+  const limitRps = finite(stored.limitRps) ? clamp(stored.limitRps, 0, shape.maxRps) : 0;
   return {
     tokens: finite(stored.tokens) ? clamp(stored.tokens, 0, capacity) : capacity,
     atMs: finite(stored.atMs) ? Math.min(stored.atMs, latest) : now,
     rateRps,
-    limitRps: finite(stored.limitRps) ? clamp(stored.limitRps, 0, shape.maxRps) : 0,
+    limitRps,
+    limitAtMs: finite(stored.limitAtMs) ? Math.min(stored.limitAtMs, latest) : now,
+    regrowFromRps: finite(stored.regrowFromRps) ? clamp(stored.regrowFromRps, MIN_RPS, Math.max(MIN_RPS, limitRps)) : rateRps,
     increasedAtMs: finite(stored.increasedAtMs) ? Math.min(stored.increasedAtMs, latest) : now,
     pauseUntilMs,
     windowStartMs,
@@ -161,14 +199,36 @@ function rollWindow(state: BucketState, now: number): void {
   state.windowCount = 0;
 }
 
-/** One lease at `now`: refill, maybe climb, hand out up to `want` whole tokens. Mutates and answers. */
+/** A ceiling older than FORGET_CEILING_MS is forgotten: the rate grows as at a start again, from no less than the start rate. */
+function forgetStaleCeiling(state: BucketState, shape: BudgetShape, now: number): void {
+  if (state.limitRps === 0 || now - state.limitAtMs < FORGET_CEILING_MS) return;
+  state.limitRps = 0;
+  state.rateRps = Math.max(state.rateRps, Math.min(shape.startRps, shape.maxRps));
+}
+
+/**
+ * The rate after one interval of growth at `now` (demand exceeded the bucket): without a ceiling,
+ * GROWTH_FACTOR of it, by at most MAX_GROWTH_STEP_RPS; with one, the regrowth's cubic
+ * target − (target − from) × (1 − t / REGROW_MS)³ (t since the pause ended), then a probe.
+ */
+function grownRate(state: BucketState, now: number): number {
+  if (state.limitRps === 0) return state.rateRps + Math.min(state.rateRps * (GROWTH_FACTOR - 1), MAX_GROWTH_STEP_RPS);
+  const sinceMs = now - state.limitAtMs;
+  const target = state.limitRps * REGROW_SHARE;
+  if (sinceMs >= REGROW_MS) return Math.max(state.rateRps, target) + Math.max(0.01, state.limitRps * PROBE_STEP_SHARE);
+  const curve = target - (target - state.regrowFromRps) * (1 - Math.max(0, sinceMs) / REGROW_MS) ** 3;
+  return Math.max(state.rateRps, curve);
+}
+
+/** One lease at `now`: refill, maybe grow, hand out up to `want` whole tokens. Mutates and answers. */
 function leaseFrom(state: BucketState, shape: BudgetShape, request: LeaseRequest, now: number, scale = 1): LeaseReply {
   if (now < state.pauseUntilMs) {
     const pausedMs = state.pauseUntilMs - now;
     return { granted: 0, waitMs: pausedMs, pausedMs, rateRps: state.rateRps };
   }
+  forgetStaleCeiling(state, shape, now);
   if (request.constrained && now - state.increasedAtMs >= INCREASE_INTERVAL_MS) {
-    state.rateRps = Math.min(shape.maxRps, state.rateRps + increaseStepOf(state.limitRps));
+    state.rateRps = Math.min(shape.maxRps, grownRate(state, now));
     state.increasedAtMs = now;
   }
   const localRps = state.rateRps * scale;
@@ -183,9 +243,11 @@ function leaseFrom(state: BucketState, shape: BudgetShape, request: LeaseRequest
 }
 
 /**
- * A 429 at `now`: pause for `pauseMs` (at most the shape's cap). A new pause lowers the rate to
- * DECREASE_FACTOR of what was in use (the rate, or the tokens handed out over the last window
- * when fewer); one during a pause only lengthens it. Mutates and answers.
+ * A 429 at `now`: pause for `pauseMs` (at most the shape's cap), resuming with an empty bucket.
+ * One during a pause only lengthens it (an echo of the same excess). A new one counts when the
+ * fleet was using at least LOW_USE_SHARE of its rate (the tokens handed out over the last window):
+ * the rate in use becomes the ceiling, and the rate DECREASE_FACTOR of it; one at lower use says
+ * nothing about the rate (someone else's load, a lockout in progress) and cuts nothing. Mutates and answers.
  */
 function rateLimitedFrom(state: BucketState, shape: BudgetShape, pauseMs: number, now: number, scale = 1): PauseReply {
   const untilMs = now + clamp(pauseMs, 0, shape.maxPauseMs);
@@ -194,10 +256,16 @@ function rateLimitedFrom(state: BucketState, shape: BudgetShape, pauseMs: number
     return { pausedMs: state.pauseUntilMs - now, rateRps: state.rateRps };
   }
   rollWindow(state, now);
+  forgetStaleCeiling(state, shape, now);
+  // Judged by the last whole window: a burst after a quiet spell is not a rate.
   const inUseRps = Math.max(state.previousCount, state.windowCount) / scale;
-  const base = Math.min(state.rateRps, Math.max(inUseRps, MIN_RPS));
-  state.limitRps = base;
-  state.rateRps = Math.max(MIN_RPS, base * DECREASE_FACTOR);
+  if (state.previousCount / scale >= state.rateRps * LOW_USE_SHARE) {
+    const base = Math.max(MIN_RPS, Math.min(state.rateRps, inUseRps));
+    state.limitRps = base;
+    state.limitAtMs = untilMs;
+    state.rateRps = Math.max(MIN_RPS, base * DECREASE_FACTOR);
+    state.regrowFromRps = state.rateRps;
+  }
   state.pauseUntilMs = untilMs;
   state.tokens = 0;
   state.atMs = untilMs;

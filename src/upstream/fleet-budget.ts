@@ -10,7 +10,8 @@
  *   never unlimited, and a paused fleet stays paused.
  * - A 429 from the instance (`onRateLimited`) pauses this replica at once and the whole fleet
  *   through the shared bucket, which every replica reads with its next lease (not per request);
- *   the fleet then resumes at a lower rate and climbs back (budget-store.ts: AIMD).
+ *   a 429 that came while the fleet used its rate lowers it, and it regrows toward (not to) the
+ *   rate that drew it; one at low use (a lockout's echo) only pauses (budget-store.ts: the rules).
  * - Priorities: `client` (a known caller waits for it: fills, access look-ups, the renewal of an
  *   identity seen before, a passthrough request under a credential this replica verified) before
  *   `unverified` (the first look-up of a credential never seen, a passthrough request under one)
@@ -28,7 +29,8 @@
  * Fast path: a token at hand is taken synchronously, with no promise and no allocation.
  *
  * Accounting (one token per request sent): the shared bucket refills at the rate and holds at most
- * the burst less LEASE_TTL_MS of the rate (budget-store.ts, `capacityOf`), so it hands out at
+ * the burst less LEASE_TTL_MS of the rate (budget-store.ts, `capacityOf`; a learned bucket holds
+ * LEARN_BURST_TOKENS, its burst being that plus LEASE_TTL_MS of the rate), so it hands out at
  * most burst − rate × LEASE_TTL_MS + rate × T tokens in any T. A lease takes about
  * LEASE_WINDOW_MS of the rate however many wait, and a leased token not taken within LEASE_TTL_MS
  * of being asked for is dropped (an answer read late included): the tokens taken in a window of T
@@ -44,7 +46,16 @@
  * (passthrough/budgeted.ts).
  */
 import { FairQueue, type LaneCaller } from './fair-queue.js';
-import { LEASE_TTL_MS, MemoryBudgetStore, type BudgetShape, type BudgetStore, type LeaseReply, type LeaseRequest, type PauseReply } from './budget-store.js';
+import {
+  LEASE_TTL_MS,
+  MemoryBudgetStore,
+  isLearned,
+  type BudgetShape,
+  type BudgetStore,
+  type LeaseReply,
+  type LeaseRequest,
+  type PauseReply,
+} from './budget-store.js';
 
 export type BudgetPriority = 'client' | 'unverified' | 'background' | 'ahead';
 /** Highest first: the order tokens go to waiters in. */
@@ -60,7 +71,9 @@ const MAX_LEASE_TOKENS = 20;
 /**
  * The most a lease takes while the rate is learned (no fixed budget): tokens leased are spent
  * before the replica hears of another's 429, so a big lease near the instance's limit turns one
- * 429 into several, and the instance escalates several within a minute into a lockout.
+ * 429 into several, and the instance escalates several within a minute into a lockout. With the
+ * growth capped (budget-store.ts, MAX_GROWTH_STEP_RPS) what a replica sends after the instance's
+ * first refusal and before it hears of it is at most these tokens plus what it had in flight.
  */
 export const LEARNING_MAX_LEASE_TOKENS = 2;
 /** Bounds on the wait before asking the bucket again when it had nothing (ms): a pause is re-read at least every second. */
@@ -164,7 +177,7 @@ export class FleetBudget {
     this.#own = new MemoryBudgetStore(options.shape, this.#now, options.shared === undefined ? 1 : options.fallbackShare);
     this.#maxPerCaller = options.maxPerCaller ?? Number.POSITIVE_INFINITY;
     // Without a fixed budget the rate starts below its ceiling and is learned from 429s.
-    this.#maxLeaseTokens = options.shape.startRps < options.shape.maxRps ? LEARNING_MAX_LEASE_TOKENS : MAX_LEASE_TOKENS;
+    this.#maxLeaseTokens = isLearned(options.shape) ? LEARNING_MAX_LEASE_TOKENS : MAX_LEASE_TOKENS;
     this.#mode = options.shared === undefined ? 'local' : 'shared';
     this.#rateRps = Math.min(options.shape.startRps, options.shape.maxRps);
   }

@@ -9,7 +9,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RedisBudgetStore } from '../../src/cache/redis/budget-store.js';
 import type { RedisRoles } from '../../src/cache/redis/roles.js';
-import { LEASE_TTL_MS, budgetShapeOf, type BudgetShape, type BudgetStore } from '../../src/upstream/budget-store.js';
+import {
+  DECREASE_FACTOR,
+  LEARN_START_RPS,
+  LEASE_TTL_MS,
+  REGROW_MS,
+  REGROW_SHARE,
+  budgetShapeOf,
+  type BudgetShape,
+  type BudgetStore,
+} from '../../src/upstream/budget-store.js';
 import { PeakRate } from '../../src/emulator/peak-rate.js';
 import { FleetBudget, type FleetBudgetOptions } from '../../src/upstream/fleet-budget.js';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';
@@ -196,6 +205,22 @@ describe('redis: one budget for the fleet', () => {
     expect(b!.pausedForMs()).toBeGreaterThan(20_000);
     a!.close();
     b!.close();
+  });
+
+  it('what one replica learned (the rate a 429 cut, the ceiling it regrows toward) is where a replica started later begins', async () => {
+    const shape = budgetShapeOf({ requestsPerSecond: 0, burst: 0 }, MAX_PAUSE_MS);
+    const clock = makeClock();
+    const keyPrefix = uniquePrefix();
+    const first = new RedisBudgetStore((await makeRedisRoles(server.url, { keyPrefix })).connection, { now: clock.now });
+    for (let t = 0; t < 2_000; t += 100, clock.advance(100)) await first.lease(shape, { want: 1_000, constrained: false }); // its rate in use
+    const cut = await first.rateLimited(shape, 1_000);
+    expect(cut?.rateRps).toBeCloseTo(LEARN_START_RPS * DECREASE_FACTOR);
+    clock.advance(1_000 + REGROW_MS / 2);
+    const later = new RedisBudgetStore((await makeRedisRoles(server.url, { keyPrefix })).connection, { now: clock.now });
+    const grown = await later.lease(shape, { want: 1, constrained: true });
+    // on the regrowth's curve toward 90 % of the ceiling, not a cold start's growth from 10 req/s
+    expect(grown?.rateRps).toBeGreaterThan(LEARN_START_RPS * DECREASE_FACTOR);
+    expect(grown?.rateRps).toBeLessThan(LEARN_START_RPS * REGROW_SHARE);
   });
 
   it('a replica joining mid-pause waits it out: its first lease says so', async () => {

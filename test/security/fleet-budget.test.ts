@@ -7,7 +7,7 @@
  *   its burst, and no client gets a 5xx;
  * - a 429 from the instance, to any caller, pauses the whole fleet: another replica, one that joins
  *   mid-pause, and one whose Redis was killed during the pause all send nothing upstream;
- * - with no budget configured the fleet starts cautiously and climbs: a burst at start draws no 429;
+ * - with no budget configured the fleet starts from a small burst and grows: a burst at start draws no 429;
  * - when the budget is spent a client gets a stale answer marked `detail=budget`, else a 429 with a
  *   Retry-After and a JSON body, never cached, never a 503;
  * - refresh-ahead keeps a polled entry fresh: every poll a hit, one upstream request per freshness
@@ -84,7 +84,7 @@ describe('the fleet budget across replicas sharing Redis', () => {
 describe('a fleet without a configured budget', () => {
   const env = proxyOverEmulator({ upstream: { budget: { requestsPerSecond: 0 } } });
 
-  it('starts cautiously and climbs: a burst of cold questions at start draws no 429 from an instance limited to 20 req/s', async () => {
+  it('starts from a small burst and grows: a burst of cold questions at start draws no 429 from an instance limited to 20 req/s', async () => {
     const member = env.emulator.tokens.member(0);
     const project = member.project_ids[0]!;
     expect((await env.proxy.get(`/api/v1/projects/${project}`, member.token)).status).toBe(200);

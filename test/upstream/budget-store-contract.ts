@@ -8,11 +8,16 @@
 import { describe, expect, it } from 'vitest';
 import {
   DECREASE_FACTOR,
+  FORGET_CEILING_MS,
+  GROWTH_FACTOR,
   INCREASE_INTERVAL_MS,
+  LEARN_BURST_TOKENS,
   LEARN_START_RPS,
   LEASE_TTL_MS,
-  MIN_RPS,
+  MAX_GROWTH_STEP_RPS,
   PROBE_STEP_SHARE,
+  REGROW_MS,
+  REGROW_SHARE,
   budgetShapeOf,
   type BudgetShape,
   type LeaseReply,
@@ -44,6 +49,159 @@ const FIXED = budgetShapeOf({ requestsPerSecond: 10, burst: 20 }, MAX_PAUSE_MS);
 /** What it holds: the burst less LEASE_TTL_MS of the rate (17.5), which leases may still spend of tokens handed out before a window. */
 const FIXED_HOLDS = 20 - (10 * LEASE_TTL_MS) / 1000;
 const LEARNED = budgetShapeOf({ requestsPerSecond: 0, burst: 0 }, MAX_PAUSE_MS);
+
+/**
+ * One step on the test's clock: `lease` asks once (constrained: demand exceeded the bucket);
+ * `use` asks every 100 ms for `ms`, unconstrained (the rate in use, without growth); `idle`
+ * only moves the clock; `429` reports one.
+ */
+type Step = ['lease', number, boolean?] | ['use', number] | ['idle', number] | ['429', number];
+
+interface Rule {
+  readonly rule: string;
+  readonly steps: readonly Step[];
+  /** What the last step answers. */
+  readonly then: { readonly granted?: number; readonly rateRps?: number; readonly pausedMs?: number };
+}
+
+/** In use at the start rate for two whole windows, then a 429: the ceiling is LEARN_START_RPS. */
+const PUNISHED: readonly Step[] = [
+  ['use', 2_000],
+  ['429', 1_000],
+];
+const CEILING = LEARN_START_RPS;
+const TARGET = CEILING * REGROW_SHARE;
+const FROM = CEILING * DECREASE_FACTOR;
+/** The regrowth curve at `t` ms from the pause's end. */
+const curveAt = (t: number): number => TARGET - (TARGET - FROM) * (1 - t / REGROW_MS) ** 3;
+/** Before any 429: one interval of growth. */
+const grow = (rps: number): number => rps + Math.min(rps * (GROWTH_FACTOR - 1), MAX_GROWTH_STEP_RPS);
+
+/** The learned budget's rules (budget-store.ts), one row each; both stores must give the same answers. */
+const LEARNED_RULES: readonly Rule[] = [
+  {
+    rule: 'a cold start hands out LEARN_BURST_TOKENS at once, at LEARN_START_RPS',
+    steps: [['lease', 100]],
+    then: { granted: LEARN_BURST_TOKENS, rateRps: LEARN_START_RPS },
+  },
+  {
+    rule: 'a cold start holds LEARN_BURST_TOKENS again after a quiet spell, not more',
+    steps: [
+      ['lease', 100],
+      ['idle', 10_000],
+      ['lease', 100],
+    ],
+    then: { granted: LEARN_BURST_TOKENS },
+  },
+  {
+    rule: 'before any 429, an interval of unmet demand multiplies the rate by GROWTH_FACTOR',
+    steps: [
+      ['lease', 100],
+      ['idle', INCREASE_INTERVAL_MS],
+      ['lease', 100, true],
+    ],
+    then: { rateRps: grow(LEARN_START_RPS) },
+  },
+  {
+    rule: 'before any 429, growth is at most MAX_GROWTH_STEP_RPS an interval',
+    steps: [
+      ['lease', 100],
+      ...[1, 2, 3].flatMap((): Step[] => [
+        ['idle', INCREASE_INTERVAL_MS],
+        ['lease', 100, true],
+      ]),
+    ],
+    then: { rateRps: grow(grow(grow(LEARN_START_RPS))) }, // 15, 18, 21
+  },
+  {
+    rule: 'the rate grows at most once per interval',
+    steps: [
+      ['lease', 100],
+      ['idle', INCREASE_INTERVAL_MS],
+      ['lease', 100, true],
+      ['idle', INCREASE_INTERVAL_MS / 2],
+      ['lease', 100, true],
+    ],
+    then: { rateRps: grow(LEARN_START_RPS) },
+  },
+  {
+    rule: 'the rate does not grow while demand is met',
+    steps: [
+      ['lease', 100],
+      ['idle', INCREASE_INTERVAL_MS],
+      ['lease', 100, false],
+    ],
+    then: { rateRps: LEARN_START_RPS },
+  },
+  { rule: 'a 429 while the rate is in use pauses, and cuts the rate to DECREASE_FACTOR of it', steps: PUNISHED, then: { pausedMs: 1_000, rateRps: FROM } },
+  {
+    rule: 'a 429 in the first burst (no whole window in use yet) pauses, and cuts nothing',
+    steps: [
+      ['lease', 100],
+      ['429', 1_000],
+    ],
+    then: { pausedMs: 1_000, rateRps: LEARN_START_RPS },
+  },
+  {
+    rule: 'a 429 at low use (a lockout in progress, someone else’s load) pauses, and cuts nothing',
+    steps: [
+      ['lease', 1],
+      ['idle', 1_000],
+      ['lease', 1],
+      ['idle', 500],
+      ['429', 30_000],
+    ],
+    then: { pausedMs: 30_000, rateRps: LEARN_START_RPS },
+  },
+  {
+    rule: 'after a 429 that cut nothing, the rate is the one before it at once',
+    steps: [
+      ['lease', 1],
+      ['idle', 1_000],
+      ['lease', 1],
+      ['429', 30_000],
+      ['idle', 31_000],
+      ['lease', 100, true],
+    ],
+    then: { rateRps: grow(LEARN_START_RPS) },
+  },
+  {
+    rule: 'regrowth after a 429 follows a concave cubic toward REGROW_SHARE of the ceiling: most of it early',
+    steps: [...PUNISHED, ['idle', 1_000 + REGROW_MS / 4], ['lease', 100, true]],
+    then: { rateRps: curveAt(REGROW_MS / 4) },
+  },
+  {
+    rule: 'regrowth stays under its target until REGROW_MS',
+    steps: [...PUNISHED, ['idle', 1_000 + REGROW_MS / 2], ['lease', 100, true]],
+    then: { rateRps: curveAt(REGROW_MS / 2) },
+  },
+  {
+    rule: 'past REGROW_MS each interval of unmet demand probes by PROBE_STEP_SHARE of the ceiling',
+    steps: [...PUNISHED, ['idle', 1_000 + REGROW_MS], ['lease', 100, true], ['idle', INCREASE_INTERVAL_MS], ['lease', 100, true]],
+    then: { rateRps: TARGET + 2 * CEILING * PROBE_STEP_SHARE },
+  },
+  {
+    rule: 'a ceiling is forgotten FORGET_CEILING_MS after its 429: growth is as at a start again, from the start rate',
+    steps: [...PUNISHED, ['idle', 1_000 + FORGET_CEILING_MS], ['lease', 100, true]],
+    then: { rateRps: grow(LEARN_START_RPS) },
+  },
+  {
+    rule: 'a ceiling just under FORGET_CEILING_MS old still holds: probing, not growing',
+    steps: [...PUNISHED, ['idle', FORGET_CEILING_MS - 1_000], ['lease', 100, true]],
+    then: { rateRps: TARGET + CEILING * PROBE_STEP_SHARE },
+  },
+];
+
+async function run(store: ContractStore, clock: ManualClock, steps: readonly Step[]): Promise<Partial<LeaseReply & PauseReply>> {
+  let last: Partial<LeaseReply & PauseReply> = {};
+  for (const step of steps) {
+    if (step[0] === 'idle') clock.advance(step[1]);
+    else if (step[0] === '429') last = await store.rateLimited(step[1]);
+    else if (step[0] === 'lease') last = await store.lease(step[1], step[2] ?? false);
+    else for (let t = 0; t < step[1]; t += 100, clock.advance(100)) last = await store.lease(1_000, false);
+  }
+  return last;
+}
 
 export function budgetStoreContract(name: string, make: MakeContractStore): void {
   describe(`${name}: the bucket`, () => {
@@ -79,21 +237,10 @@ export function budgetStoreContract(name: string, make: MakeContractStore): void
       expect(granted).toBeLessThanOrEqual(FIXED_HOLDS + 10 * windowS);
       expect(granted).toBeGreaterThanOrEqual(10 * windowS); // and it does hand out the rate
     });
-
-    it('without a configured budget, starts at the conservative rate with one second of it as its burst (less a lease’s life)', async () => {
-      const clock = makeClock();
-      const store = await make(LEARNED, clock);
-      const holds = LEARN_START_RPS * (1 - LEASE_TTL_MS / 1000); // 3.75
-      const first = await store.lease(200);
-      expect(first.granted).toBe(Math.floor(holds));
-      expect(first.rateRps).toBeCloseTo(LEARN_START_RPS);
-      clock.advance(1_000);
-      expect((await store.lease(200)).granted).toBe(Math.floor(holds));
-    });
   });
 
   describe(`${name}: learned from 429s`, () => {
-    it('pauses for the Retry-After, then resumes empty at a reduced rate', async () => {
+    it('pauses for the Retry-After, then resumes empty at a reduced rate when it was using its rate', async () => {
       const clock = makeClock();
       const store = await make(FIXED, clock);
       for (let s = 0; s < 3; s++, clock.advance(1_000)) await store.lease(100); // 10 req/s in use
@@ -125,45 +272,10 @@ export function budgetStoreContract(name: string, make: MakeContractStore): void
       expect((await store.rateLimited(1_000)).pausedMs).toBe(9_900); // a shorter one does not cut it
     });
 
-    it('lowers the rate from what was in use, not from a budget nobody used', async () => {
-      const clock = makeClock();
-      const store = await make(FIXED, clock);
-      for (let s = 0; s < 4; s++) {
-        await store.lease(2); // 2 req/s of a 10 req/s budget
-        clock.advance(1_000);
-      }
-      expect((await store.rateLimited(1_000)).rateRps).toBeCloseTo(2 * DECREASE_FACTOR);
-    });
-
-    it('never goes below its floor, however many pauses', async () => {
-      const clock = makeClock();
-      const store = await make(FIXED, clock);
-      let reply: PauseReply | undefined;
-      for (let n = 0; n < 30; n++) {
-        reply = await store.rateLimited(1_000);
-        clock.advance(1_001);
-      }
-      expect(reply!.rateRps).toBeCloseTo(MIN_RPS);
-    });
-
     it('cuts a pause to the cap (upstream.maxRetryAfterMs)', async () => {
       const clock = makeClock();
       const store = await make(FIXED, clock);
       expect((await store.rateLimited(10 * MAX_PAUSE_MS)).pausedMs).toBe(MAX_PAUSE_MS);
-    });
-
-    it('climbs one step per interval while demand exceeds it, and only then', async () => {
-      const clock = makeClock();
-      const store = await make(LEARNED, clock);
-      await store.lease(100);
-      clock.advance(INCREASE_INTERVAL_MS);
-      expect((await store.lease(100, false)).rateRps).toBeCloseTo(LEARN_START_RPS); // demand met: no climb
-      clock.advance(INCREASE_INTERVAL_MS);
-      expect((await store.lease(100, true)).rateRps).toBeCloseTo(LEARN_START_RPS + 1);
-      clock.advance(INCREASE_INTERVAL_MS / 2);
-      expect((await store.lease(100, true)).rateRps).toBeCloseTo(LEARN_START_RPS + 1); // once per interval
-      clock.advance(INCREASE_INTERVAL_MS / 2);
-      expect((await store.lease(100, true)).rateRps).toBeCloseTo(LEARN_START_RPS + 2);
     });
 
     it('never climbs past a configured budget', async () => {
@@ -171,27 +283,15 @@ export function budgetStoreContract(name: string, make: MakeContractStore): void
       const store = await make(FIXED, clock);
       for (let n = 0; n < 5; n++, clock.advance(INCREASE_INTERVAL_MS)) expect((await store.lease(100, true)).rateRps).toBeCloseTo(10);
     });
+  });
 
-    it('climbs fast until the first 429, then only probes: the next crossing of the limit is minutes away', async () => {
+  describe(`${name}: the learned budget's rules`, () => {
+    it.each(LEARNED_RULES)('$rule', async ({ steps, then }) => {
       const clock = makeClock();
-      const store = await make(LEARNED, clock);
-      let rate = (await store.lease(1_000)).rateRps;
-      for (let n = 0; n < 15; n++) {
-        clock.advance(INCREASE_INTERVAL_MS);
-        rate = (await store.lease(1_000, true)).rateRps; // 6, 7, ... 20 req/s, all of it in use
-      }
-      expect(rate).toBeCloseTo(20);
-      clock.advance(500);
-      await store.lease(1_000, true);
-      const pause = await store.rateLimited(1_000); // every token of the last second was handed out: 20 req/s in use
-      expect(pause.rateRps).toBeCloseTo(20 * DECREASE_FACTOR); // 14
-      clock.advance(1_000 + INCREASE_INTERVAL_MS);
-      expect((await store.lease(1_000, true)).rateRps).toBeCloseTo(14 + 20 * PROBE_STEP_SHARE);
-      for (let n = 0; n < 59; n++) {
-        clock.advance(INCREASE_INTERVAL_MS);
-        rate = (await store.lease(1_000, true)).rateRps;
-      }
-      expect(rate).toBeCloseTo(14 + 2); // a minute of probing: 10 % of the limit seen, still under it
+      const last = await run(await make(LEARNED, clock), clock, steps);
+      if (then.granted !== undefined) expect(last.granted).toBe(then.granted);
+      if (then.pausedMs !== undefined) expect(last.pausedMs).toBe(then.pausedMs);
+      if (then.rateRps !== undefined) expect(last.rateRps).toBeCloseTo(then.rateRps, 4);
     });
   });
 }

@@ -2,7 +2,9 @@
  * The fleet budget's bucket in Redis: one hash (`<prefix>budget:fleet`) that every replica leases
  * tokens from, a few at a time, through one Lua script per lease (so replicas never race on it),
  * and that a 429 pauses for the whole fleet. The arithmetic is budget-store.ts's, line for line
- * (`normalizeState`, `leaseFrom`, `rateLimitedFrom`); a contract suite checks both agree.
+ * (`normalizeState`, `forgetStaleCeiling`, `grownRate`, `leaseFrom`, `rateLimitedFrom`); a contract suite,
+ * a table of the learned budget's rules included, checks both agree. The ceiling a 429 taught
+ * (`limit`, `limitAt`, `regrowFrom`) lives in the same hash, so a new or restarted replica goes on from it.
  *
  * Clock: the script reads Redis' TIME, so replicas' clocks never meet; replies carry durations.
  * (Tests pass their own clock instead.)
@@ -18,12 +20,18 @@
  */
 import {
   DECREASE_FACTOR,
+  FORGET_CEILING_MS,
+  GROWTH_FACTOR,
   INCREASE_INTERVAL_MS,
-  INCREASE_STEP_RPS,
+  LEARN_BURST_TOKENS,
   LEASE_TTL_MS,
+  LOW_USE_SHARE,
+  MAX_GROWTH_STEP_RPS,
   MEASURE_WINDOW_MS,
   MIN_RPS,
   PROBE_STEP_SHARE,
+  REGROW_MS,
+  REGROW_SHARE,
   type BudgetShape,
   type BudgetStore,
   type LeaseReply,
@@ -55,12 +63,15 @@ local function num(v)
   return n
 end
 local function clamp(v, lo, hi) return math.min(hi, math.max(lo, v)) end
+local learned = startRps < maxRps
 local function capacityOf(rate)
+  if learned then return math.max(1, ${LEARN_BURST_TOKENS}) end
   local burst = rate
   if burstCfg > 0 then burst = burstCfg * rate / maxRps end
   return math.max(1, burst - rate * ${LEASE_TTL_MS} / 1000)
 end
-local f = redis.call('HMGET', key, 'tokens', 'at', 'rate', 'limit', 'increasedAt', 'pauseUntil', 'windowStart', 'windowCount', 'previousCount')
+local f = redis.call('HMGET', key, 'tokens', 'at', 'rate', 'limit', 'increasedAt', 'pauseUntil', 'windowStart', 'windowCount', 'previousCount',
+  'limitAt', 'regrowFrom')
 local s = {}
 local v = num(f[3])
 if v then s.rate = clamp(v, MIN_RPS, maxRps) else s.rate = math.min(startRps, maxRps) end
@@ -82,15 +93,25 @@ v = num(f[8])
 if v then s.windowCount = math.max(0, v) else s.windowCount = 0 end
 v = num(f[9])
 if v then s.previousCount = math.max(0, v) else s.previousCount = 0 end
+v = num(f[10])
+if v then s.limitAt = math.min(v, latest) else s.limitAt = now end
+v = num(f[11])
+if v then s.regrowFrom = clamp(v, MIN_RPS, math.max(MIN_RPS, s.limit)) else s.regrowFrom = s.rate end
 local function roll()
   if now - s.windowStart < ${MEASURE_WINDOW_MS} then return end
   if now - s.windowStart < ${2 * MEASURE_WINDOW_MS} then s.previousCount = s.windowCount else s.previousCount = 0 end
   s.windowStart = now
   s.windowCount = 0
 end
+local function forgetStaleCeiling()
+  if s.limit == 0 or now - s.limitAt < ${FORGET_CEILING_MS} then return end
+  s.limit = 0
+  s.rate = math.max(s.rate, math.min(startRps, maxRps))
+end
 local function save()
   redis.call('HSET', key, 'tokens', s.tokens, 'at', s.at, 'rate', s.rate, 'limit', s.limit, 'increasedAt', s.increasedAt,
-    'pauseUntil', s.pauseUntil, 'windowStart', s.windowStart, 'windowCount', s.windowCount, 'previousCount', s.previousCount)
+    'pauseUntil', s.pauseUntil, 'windowStart', s.windowStart, 'windowCount', s.windowCount, 'previousCount', s.previousCount,
+    'limitAt', s.limitAt, 'regrowFrom', s.regrowFrom)
   redis.call('PEXPIRE', key, ${BUDGET_IDLE_EXPIRY_MS} + math.max(0, math.ceil(s.pauseUntil - now)))
 end
 `;
@@ -105,10 +126,21 @@ if now < s.pauseUntil then
   local paused = s.pauseUntil - now
   return {0, math.ceil(paused), math.ceil(paused), math.floor(s.rate * ${MICRO})}
 end
+forgetStaleCeiling()
 if constrained and now - s.increasedAt >= ${INCREASE_INTERVAL_MS} then
-  local step = ${INCREASE_STEP_RPS}
-  if s.limit > 0 then step = math.max(0.01, s.limit * ${PROBE_STEP_SHARE}) end
-  s.rate = math.min(maxRps, s.rate + step)
+  local grown
+  if s.limit == 0 then
+    grown = s.rate + math.min(s.rate * (${GROWTH_FACTOR} - 1), ${MAX_GROWTH_STEP_RPS})
+  else
+    local target = s.limit * ${REGROW_SHARE}
+    if now - s.limitAt >= ${REGROW_MS} then
+      grown = math.max(s.rate, target) + math.max(0.01, s.limit * ${PROBE_STEP_SHARE})
+    else
+      local curve = target - (target - s.regrowFrom) * (1 - math.max(0, now - s.limitAt) / ${REGROW_MS}) ^ 3
+      grown = math.max(s.rate, curve)
+    end
+  end
+  s.rate = math.min(maxRps, grown)
   s.increasedAt = now
 end
 s.tokens = math.min(capacityOf(s.rate), s.tokens + math.max(0, now - s.at) * s.rate / 1000)
@@ -133,10 +165,15 @@ if now < s.pauseUntil then
   return {math.ceil(s.pauseUntil - now), math.floor(s.rate * ${MICRO})}
 end
 roll()
+forgetStaleCeiling()
 local inUse = math.max(s.previousCount, s.windowCount)
-local base = math.min(s.rate, math.max(inUse, MIN_RPS))
-s.limit = base
-s.rate = math.max(MIN_RPS, base * ${DECREASE_FACTOR})
+if s.previousCount >= s.rate * ${LOW_USE_SHARE} then
+  local base = math.max(MIN_RPS, math.min(s.rate, inUse))
+  s.limit = base
+  s.limitAt = untilMs
+  s.rate = math.max(MIN_RPS, base * ${DECREASE_FACTOR})
+  s.regrowFrom = s.rate
+end
 s.pauseUntil = untilMs
 s.tokens = 0
 s.at = untilMs
