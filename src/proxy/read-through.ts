@@ -225,8 +225,10 @@ export class ReadThrough {
     const pending = d.request.proofWaited ? undefined : proofs.provingNow(d);
     if (pending !== undefined) {
       d.request.proofWaited = true;
-      const again = (): Served | Promise<Served> => this.serve(d, this.o.now());
-      return pending.then(again, again);
+      return pending.then(
+        (proven) => this.#afterProof(d, proven),
+        () => this.serve(d, this.o.now()),
+      );
     }
     // This request proves it: judged again later (another replica's fill waited for), it never waits on its own proof.
     d.request.proofWaited = true;
@@ -234,6 +236,18 @@ export class ReadThrough {
     const proof = this.#fillAndServe(d, found, now, 'fill-own');
     proofs.proving(d, proof);
     return proof;
+  }
+
+  /**
+   * Judged again once the proof it waited for settled. The entry that proof stored, served to it,
+   * was collapsed into that fill (RFC 9211), not a hit; an entry the team held before is a hit.
+   */
+  async #afterProof(d: Decision, proven: unknown): Promise<Served> {
+    const served = await this.serve(d, this.o.now());
+    const proof = proven as Served | undefined;
+    // The same answer, whichever tier handed it back (a Redis read is a copy): stored at the same time, the same bytes.
+    const sameEntry = served.kind === 'entry' && proof?.kind === 'entry' && isSameStored(proof.entry, served.entry);
+    return sameEntry && served.outcome.kind === 'hit' ? { kind: 'entry', entry: served.entry, outcome: COLLAPSED_INTO_PROOF } : served;
   }
 
   /** A member's grants this replica lacks, looked up in the shared store (another replica earned them); then judged again. */
@@ -477,6 +491,9 @@ export class ReadThrough {
   }
 }
 
+/** RFC 9211: collapsed into another request of the same member, which proved the area and stored the entry served. */
+const COLLAPSED_INTO_PROOF: CacheOutcome = Object.freeze({ kind: 'coalesced', upstreamStatus: 200 });
+
 /** RFC 9211: forwarded, collapsed with another replica's request, its entry read from Redis (stored there by that replica, not this one). */
 const COLLAPSED_INTO_REDIS_FILL: CacheOutcome = Object.freeze({ kind: 'coalesced', tier: 'redis', upstreamStatus: 200 });
 
@@ -519,4 +536,9 @@ function withHeader(res: UpstreamResponse, name: string, value: string): Upstrea
 function namesAnotherOrigin(entry: CacheEntry, origin: string): boolean {
   const allowed = entry.headers['access-control-allow-origin'];
   return allowed !== undefined && allowed !== '*' && allowed !== origin;
+}
+
+/** One stored answer, read from any tier: the same store time and the same validator. */
+function isSameStored(a: CacheEntry, b: CacheEntry): boolean {
+  return a === b || (a.storedAt === b.storedAt && a.etag === b.etag);
 }
