@@ -43,8 +43,11 @@ COPY config ./config
 USER 1000:1000
 # 8080: the proxy; 9090: management (/healthz, /readyz).
 EXPOSE 8080 9090
-# Slim images have no curl: ask node. Follows TM_CACHE_MANAGEMENT_PORT when it is overridden.
+# `tm-cache healthcheck` reads the settings serve reads (TM_CACHE_CONFIG, TM_CACHE_* variables),
+# so it asks /healthz over HTTPS when server.tls is on and on server.managementPort wherever that
+# is set; over HTTPS the server must present the certificate of server.tls.certFile. Settings
+# given to serve as flags after the image name are not seen here: set those by environment.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.TM_CACHE_MANAGEMENT_PORT || 9090) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+  CMD ["node", "dist/cli.js", "healthcheck"]
 ENTRYPOINT ["node", "dist/cli.js"]
 CMD ["serve"]

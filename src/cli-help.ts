@@ -70,7 +70,7 @@ function flagLines(flags: readonly FlagHelp[]): string {
   return columns([...flags, ...HELP_FLAG_LINES].map((f) => [f.value === '' ? f.flag : `${f.flag} ${f.value}`, f.text]));
 }
 
-export const COMMAND_HELP: Readonly<Record<'serve' | 'emulator' | 'demo', string>> = {
+export const COMMAND_HELP: Readonly<Record<'serve' | 'emulator' | 'demo' | 'healthcheck', string>> = {
   serve: `Usage: tm-cache serve --upstream URL [flags]
 
 Runs the caching proxy in front of the instance at URL. Every flag is also an environment
@@ -99,14 +99,24 @@ the flags below (0 picks a free port).
 
 Flags (--flag VALUE or --flag=VALUE):
 ${flagLines(DEMO_FLAGS)}`,
+  healthcheck: `Usage: tm-cache healthcheck [flags]
+
+Asks this host's management port for /healthz and exits 0 when it answers 200, 1 otherwise (the
+container image's HEALTHCHECK). It reads the settings serve reads (defaults < --config FILE <
+environment < flags), so the scheme follows server.tls and server.tls.management, and the port
+server.managementPort; a wildcard management host is reached through 127.0.0.1. Over HTTPS the
+server must present the very certificate of server.tls.certFile (the host name is not checked).
+
+Flags: those of tm-cache serve (tm-cache serve --help).`,
 };
 
 export const USAGE = `Usage: tm-cache <command> [flags]
 
 Commands:
-  serve      run the caching proxy in front of an instance (tm-cache serve --upstream URL)
-  emulator   run the built-in emulator of the Read API
-  demo       run the emulator and the proxy in front of it, and print what to try
+  serve        run the caching proxy in front of an instance (tm-cache serve --upstream URL)
+  emulator     run the built-in emulator of the Read API
+  demo         run the emulator and the proxy in front of it, and print what to try
+  healthcheck  exit 0 when this host's management port answers /healthz, 1 otherwise
 
 Options:
   -h, --help      print this help, or a command's flags with tm-cache <command> --help

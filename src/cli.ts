@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * tm-cache serve | emulator | demo
+ * tm-cache serve | emulator | demo | healthcheck
  *
  * Flags and environment → validated config → start; SIGINT/SIGTERM drain and exit. An invalid
  * setting exits with code 2 and a message naming the setting, the value and what is allowed.
@@ -130,6 +130,22 @@ async function runServe(argv: readonly string[]): Promise<void> {
   reloads.started(proxy, logger);
 }
 
+/**
+ * Exit 0 when this host's management port answers /healthz, 1 when it does not (the image's
+ * HEALTHCHECK). The settings come from the same sources as `serve`, so the scheme and port follow
+ * `server.tls` and `server.managementPort`; the certificate check is explained in health-check.ts.
+ */
+async function runHealthcheck(argv: readonly string[]): Promise<void> {
+  const [{ loadConfig }, { checkHealth, healthCheckTarget }] = await Promise.all([import('./config/load.js'), import('./ops/health-check.js')]);
+  // Any failure exits 1, a settings error too: a container runtime reserves exit code 2.
+  const problem = await Promise.resolve()
+    .then(() => checkHealth(healthCheckTarget(loadConfig({ argv, env: process.env }))))
+    .catch((err: unknown) => (err instanceof Error ? err.message : String(err)));
+  if (problem === undefined) return;
+  console.error(`tm-cache healthcheck: ${problem}`);
+  process.exit(1);
+}
+
 type DemoPortFlag = '--port' | '--management-port' | '--emulator-port';
 /** The proxy's ports default to serve's (8080, 9090: server.port, server.managementPort); the emulator's is the demo's own. */
 const DEMO_EMULATOR_PORT = 4010;
@@ -251,7 +267,7 @@ Ctrl-C stops both.`);
 
 async function main(argv: readonly string[]): Promise<void> {
   const [command, ...rest] = argv;
-  if (command === 'serve' || command === 'emulator' || command === 'demo') {
+  if (command === 'serve' || command === 'emulator' || command === 'demo' || command === 'healthcheck') {
     // `tm-cache serve --version` as well as `tm-cache --version`: a newcomer tries both.
     const answer = rest.some(isHelpFlag) ? COMMAND_HELP[command] : rest.includes('--version') ? VERSION : undefined;
     if (answer !== undefined) {
@@ -266,6 +282,8 @@ async function main(argv: readonly string[]): Promise<void> {
       return runEmulator(rest);
     case 'demo':
       return runDemo(rest);
+    case 'healthcheck':
+      return runHealthcheck(rest);
     case undefined:
     case 'help':
     case '--help':

@@ -547,6 +547,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
         (s) => s.rateRps,
       );
       gauge(
+        'tm_cache_upstream_budget_ceiling',
+        "The most the fleet's upstream rate may climb to (requests per second): upstream.budget.requestsPerSecond; 0 when the rate is learned.",
+        (s) => s.ceilingRps,
+      );
+      gauge(
         'tm_cache_upstream_budget_paused_seconds',
         "How long the fleet's upstream requests are still paused after a 429 (0: not paused).",
         (s) => s.pausedMs / 1_000,

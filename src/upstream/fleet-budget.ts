@@ -131,6 +131,11 @@ export interface BudgetSnapshot {
   readonly mode: BudgetMode;
   /** The fleet's rate as last known (req/s); this replica's part of it is `fallbackShare` of it in fallback. */
   readonly rateRps: number;
+  /**
+   * The most the rate may climb to (req/s): the configured budget (`upstream.budget.requestsPerSecond`);
+   * 0 when the rate is learned, whose ceiling is what a 429 taught the bucket (budget-store.ts).
+   */
+  readonly ceilingRps: number;
   readonly pausedMs: number;
   readonly tokensAtHand: number;
   readonly queued: Readonly<Record<BudgetPriority, number>>;
@@ -260,6 +265,7 @@ export class FleetBudget {
     return {
       mode: this.#mode,
       rateRps: this.#rateRps,
+      ceilingRps: isLearned(this.#options.shape) ? 0 : this.#options.shape.maxRps,
       pausedMs: this.pausedForMs(),
       tokensAtHand: this.#tokens,
       queued: { client, unverified, background, ahead },

@@ -1,39 +1,24 @@
 /**
  * Every metric the Grafana dashboard and the PrometheusRule query is one that a real tm-cache
  * exposes on /metrics: a proxy with Redis configured, in front of the emulator, after a few
- * requests. A family with labels but no sample yet still prints its `# TYPE` line, so families
+ * requests, and one serving TLS (whose certificate families exist only then). A family with labels but no sample yet still prints its `# TYPE` line, so families
  * are read from those; a histogram answers to its _bucket, _sum and _count series.
  */
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
+import { SCRAPE_SERIES, metricNames } from '../helpers/metrics.js';
+import { TestCa } from '../helpers/pki.js';
 import { startTestProxy, type TestProxy } from '../helpers/proxy.js';
 import { startRedis, type RedisHandle } from '../helpers/redis.js';
 import { renderChart } from './render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CHART = join(ROOT, 'helm/tm-cache');
-
-/** Prometheus' own series, which no exporter prints. */
-const SCRAPE_SERIES = new Set(['up']);
-const KEYWORDS = new Set(['and', 'or', 'unless', 'bool', 'offset', 'inf', 'nan']);
-
-/** The metric names a PromQL expression (or a Grafana label_values query) reads. */
-export function metricNames(expr: string): string[] {
-  const stripped = expr
-    .replace(/label_values\(\s*([A-Za-z_:][\w:]*)\s*(\{[^}]*\})?\s*,\s*\w+\s*\)/g, ' $1 ')
-    .replace(/"(?:[^"\\]|\\.)*"/g, ' ')
-    .replace(/\{[^}]*\}/g, ' ')
-    .replace(/\[[^\]]*\]/g, ' ')
-    .replace(/\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, ' ')
-    .replace(/\$\{?\w+\}?/g, ' ')
-    .replace(/\b\d+(\.\d+)?(e[+-]?\d+)?\b/gi, ' ');
-  const names = [...stripped.matchAll(/([A-Za-z_:][\w:]*)(\s*\()?/g)].filter((m) => m[2] === undefined && !KEYWORDS.has(m[1]!.toLowerCase())).map((m) => m[1]!);
-  return [...new Set(names)];
-}
 
 /** Families of a Prometheus text exposition, with the series names each answers to. */
 function exposedSeries(text: string): Set<string> {
@@ -105,6 +90,17 @@ describe('the dashboard and the alert rules', () => {
     const res = await fetch(`${proxy.managementUrl}/metrics`);
     expect(res.status).toBe(200);
     exposed = exposedSeries(await res.text());
+    // The certificate's families: a replica serving TLS (management over plain HTTP, to read it here).
+    const dir = mkdtempSync(join(tmpdir(), 'tm-cache-metrics-tls-'));
+    try {
+      const pair = new TestCa(dir).issue('server');
+      const tlsProxy = await startTestProxy(emulator.url, { server: { tls: { certFile: pair.cert, keyFile: pair.key, management: false } } });
+      const text = await (await fetch(`${tlsProxy.managementUrl}/metrics`)).text();
+      await tlsProxy.close();
+      for (const name of exposedSeries(text)) exposed.add(name);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   afterAll(async () => {

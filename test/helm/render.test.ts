@@ -379,7 +379,7 @@ describe('monitoring (all features on)', () => {
     expect(readFileSync(join(ROOT, 'ops/grafana-dashboard.json'), 'utf8')).toBe(readFileSync(join(CHART, 'dashboards/tm-cache.json'), 'utf8'));
   });
 
-  it("alerts on hit ratio, upstream 5xx and 429, Redis degraded and no ready replica, for this release's series", () => {
+  it("alerts on hit ratio, upstream 5xx and 429, Redis degraded, the fleet budget, the certificate and no ready replica, for this release's series", () => {
     const rule = r.find('PrometheusRule');
     expect(rule['metadata']['labels']).toMatchObject({ release: 'kube-prometheus-stack' });
     const rules = rule['spec']['groups'][0]['rules'] as { alert: string; expr: string; labels: object; annotations: { description: string } }[];
@@ -388,6 +388,11 @@ describe('monitoring (all features on)', () => {
       'TmCacheUpstream5xx',
       'TmCacheUpstream429',
       'TmCacheRedisDegraded',
+      'TmCacheFleetPaused',
+      'TmCacheBudgetRefusals',
+      'TmCacheLockoutNear',
+      'TmCacheBudgetRateLow',
+      'TmCacheCertificateExpiring',
       'TmCacheNoReplicaReady',
       'TmCacheScrapeFailing',
     ]);

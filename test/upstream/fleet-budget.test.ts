@@ -402,6 +402,14 @@ describe('fleet budget: reports', () => {
     expect(text).toMatch(/tm_cache_upstream_budget_rate \d/);
     expect(text).toContain('tm_cache_upstream_budget_paused_seconds 30');
     expect(text).toContain('tm_cache_upstream_budget_shared 0');
+    expect(text).toContain('tm_cache_upstream_budget_ceiling 10'); // upstream.budget.requestsPerSecond
+  });
+
+  it('reports no ceiling (0) for a learned rate: its ceiling is what a 429 taught the bucket', async () => {
+    const metrics = createMetrics({ version: 'test', redis: false });
+    const budget = makeBudget({ shape: budgetShapeOf({ requestsPerSecond: 0, burst: 0 }, MAX_PAUSE_MS) });
+    metrics.watchBudget(() => budget.snapshot());
+    expect(await metrics.registry.metrics()).toContain('tm_cache_upstream_budget_ceiling 0');
   });
 
   it('refuses every waiter on close', async () => {
