@@ -78,7 +78,7 @@ export async function runFirstMinuteScenario(em: Emulator, o: FirstMinuteOptions
   await assertAnswered(em, dashboards[0]!.user.token, [...d0.shared, ...d0.own]);
 
   console.log(
-    '   tm-cache at its DEFAULT settings: no upstream.budget configured (the learned budget: 10 req/s and a bucket of 6 to start, growing while demand exceeds it), default freshness;',
+    '   tm-cache at its DEFAULT settings: no upstream.budget configured (the learned budget: 10 req/s and a bucket of 5 to start, growing while demand exceeds it), default freshness;',
   );
   console.log(`   the instance ${LATENCY_MS} ms away with a rate limit tm-cache is not told (each part names it).`);
   try {
