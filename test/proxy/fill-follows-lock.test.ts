@@ -8,6 +8,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
+import { until } from '../helpers/wait.js';
 
 const env = replicasOverEmulatorAndRedis();
 
@@ -15,7 +16,8 @@ describe('a fill waiting for a budget token', () => {
   it('keeps the other replicas waiting on it past lockWaitMs: the instance is asked once', async () => {
     const config = {
       upstream: { budget: { requestsPerSecond: 1, burst: 1, maxWaitMs: 8_000 } },
-      cache: { redis: { url: env.redis.url, keyPrefix: 'follow:', lockWaitMs: 200, lockTtlMs: 1_000 } },
+      // A generous command timeout: on a loaded machine a slow Redis reply must not make B skip Redis (budget.ts).
+      cache: { redis: { url: env.redis.url, keyPrefix: 'follow:', lockWaitMs: 200, lockTtlMs: 1_000, commandTimeoutMs: 2_000 } },
     };
     const [a, b] = [await env.replica(config), await env.replica(config)];
     const member = env.emulator.tokens.member(0);
@@ -28,7 +30,9 @@ describe('a fill waiting for a budget token', () => {
     // A spends the next token on another question, then fills `path`, waiting about a second for its token.
     const spending = a.get(`/api/v1/projects/${project}/runs?per_page=25&page=4`, member.token);
     const fromA = a.get(path, member.token);
-    await sleep(400); // A holds the lock and waits for its token: past B's lockWaitMs
+    // A holds the lock and waits for its token; B asks once A's wait has outlasted B's lockWaitMs.
+    await until(async () => (await env.client.keys('follow:*listMilestones*:lock')).length > 0);
+    await sleep(400);
     const fromB = await b.get(path, member.token);
     const [answerA] = await Promise.all([fromA, spending]);
     expect(answerA.status).toBe(200);

@@ -108,8 +108,8 @@ describe.each(FORMS)('with %s values in Redis', (form, sealing) => {
     const pending = victim.get('/api/v1/projects?page=3', member.token);
     await until(async () => statsOf(victim).total === 0 && (await env.client.pttl(`${victimKey}:lock`)) > 0);
     await new Promise((resolve) => setTimeout(resolve, 100)); // the victim is polling by now
-    await env.client.copy(entryKey('admin', 'listUsers'), victimKey, 'REPLACE');
-    await env.client.del(`${victimKey}:lock`);
+    // Planted and released at once (one transaction): the victim's next poll sees both.
+    await env.client.multi().copy(entryKey('admin', 'listUsers'), victimKey, 'REPLACE').del(`${victimKey}:lock`).exec();
     const res = await pending;
     expect(res.status).toBe(200);
     expect(res.json()).toEqual(await upstreamBody('/api/v1/projects?page=3', member));
