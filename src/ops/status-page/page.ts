@@ -512,7 +512,7 @@
   /** The Budget card: the rate against its ceiling, where tokens come from, any pause and why, who waits, what it refused. */
   function renderBudgetCard(b: BudgetStats | undefined): void {
     const ceiling = b?.ceilingRps;
-    setStat('budget.rate', isNum(b?.rateRps) ? count(b.rateRps) + (isNum(ceiling) ? ' / ' + count(ceiling) : '') + ' req/s' : '—', b?.rateRps);
+    setStat('budget.rate', isNum(b?.rateRps) ? count(b.rateRps) + ' / ' + (isNum(ceiling) ? count(ceiling) : 'learned') : '—', b?.rateRps);
     setState('budget.mode', b?.mode);
     setStat('budget.kind', text(b?.rate), b?.rate);
     const pause = b?.pause;
