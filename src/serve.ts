@@ -83,11 +83,11 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
   const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}), onRemoteClear: (why, entries) => logRemoteClear(logger, why, entries) });
+  const stats = new RequestStats(now);
   // The budget's clock is monotonic and real (its bucket refills as time passes), plus any step an
   // injected clock (`options.now`, tests) takes ahead of real time: a test stepping past a pause ends it.
-  const budget = makeFleetBudget(config, redis, metrics, logger, options.now && steppedClock(options.now));
+  const budget = makeFleetBudget(config, redis, metrics, logger, options.now && steppedClock(options.now), () => stats.budgetSkipped(now()));
   const client = new UpstreamClient(config.upstream, budget);
-  const stats = new RequestStats(now);
   const health = new UpstreamHealth({
     now,
     probeMs: config.health.upstreamProbeMs,
@@ -247,7 +247,14 @@ function steppedClock(now: () => number): () => number {
   };
 }
 
-function makeFleetBudget(config: Config, redis: RedisRoles | undefined, metrics: Metrics, logger: Logger, now?: () => number): FleetBudget {
+function makeFleetBudget(
+  config: Config,
+  redis: RedisRoles | undefined,
+  metrics: Metrics,
+  logger: Logger,
+  now: (() => number) | undefined,
+  skipped: () => void,
+): FleetBudget {
   const b = config.upstream.budget;
   let resumeCheck: NodeJS.Timeout | undefined;
   const budget: FleetBudget = new FleetBudget({
@@ -262,6 +269,10 @@ function makeFleetBudget(config: Config, redis: RedisRoles | undefined, metrics:
     ...(now ? { now } : {}),
     events: {
       ...metrics.budget,
+      skipped(priority) {
+        metrics.budget.skipped(priority);
+        skipped(); // the status page's figure: refresh-ahead skipped per second (stats.ts)
+      },
       paused(pauseMs) {
         metrics.budget.paused(pauseMs);
         logger.warn(

@@ -23,7 +23,7 @@ import type { Invalidated } from '../cache/tiered.js';
 import { AdminGuard, type AdminRouteConfig } from './admin-guard.js';
 import type { Metrics } from './metrics.js';
 import type { BudgetSnapshot } from '../upstream/fleet-budget.js';
-import type { RequestStats } from './stats.js';
+import type { BudgetCounts, RequestStats } from './stats.js';
 import { STATUS_PAGE_HEADERS, STATUS_PAGE_HTML } from './status-page.js';
 import type { UpstreamHealth } from './upstream-health.js';
 import type { TierCounts } from '../cache/tier.js';
@@ -294,16 +294,34 @@ function statsOf(deps: AdminDeps): unknown {
   };
 }
 
-/** The budget in /admin/stats: where tokens come from, the rate, any pause, and what it did (counted since start). */
+/**
+ * The budget in /admin/stats: where tokens come from, whether the rate is fixed (the configured
+ * ceiling) or learned from 429s, any pause (when, until when, why), who waits, what the lack of
+ * tokens did over the last minute (per second), and counts since start.
+ */
 function budgetOf(deps: AdminDeps): BudgetStats | null {
   if (deps.budget === undefined) return null;
   const s = deps.budget();
   const { metrics } = deps;
+  const now = deps.now();
   return {
     mode: s.mode,
+    rate: s.ceilingRps > 0 ? 'fixed' : 'learned',
     rateRps: Math.round(s.rateRps * 100) / 100,
+    ceilingRps: s.ceilingRps > 0 ? s.ceilingRps : null,
     pausedMs: Math.ceil(s.pausedMs),
+    pause:
+      s.pause === undefined
+        ? null
+        : {
+            since: new Date(now - s.pause.sinceMsAgo).toISOString(),
+            until: new Date(now + s.pausedMs).toISOString(),
+            from: s.pause.from,
+            retryAfterMs: s.pause.retryAfterMs,
+          },
     queued: { ...s.queued },
+    waiting: s.queued.client + s.queued.unverified + s.queued.background + s.queued.ahead,
+    lastMinutePerSecond: deps.stats.budgetPerSecond(),
     tokens: metrics.families.budgetTokens.total({}),
     waits: metrics.families.budgetWaits.total({}),
     spent: metrics.families.budgetWaits.total({ result: 'spent' }),
@@ -315,9 +333,18 @@ function budgetOf(deps: AdminDeps): BudgetStats | null {
 
 export interface BudgetStats {
   readonly mode: BudgetSnapshot['mode'];
+  /** fixed: `upstream.budget.requestsPerSecond` is the ceiling; learned: the rate is what 429s taught. */
+  readonly rate: 'fixed' | 'learned';
   readonly rateRps: number;
+  /** The configured budget (req/s); null when the rate is learned. */
+  readonly ceilingRps: number | null;
   readonly pausedMs: number;
+  /** The pause under way: since and until (ISO times), this replica's 429 or the fleet's, and the Retry-After it carried (ms; null: none, or another replica's). */
+  readonly pause: { since: string; until: string; from: 'this-replica' | 'fleet'; retryAfterMs: number | null } | null;
   readonly queued: BudgetSnapshot['queued'];
+  readonly waiting: number;
+  /** Client 429s from the budget (`refused`), stale answers with detail=budget (`stale`), refresh-ahead skipped (`skipped`): per second over the last minute. */
+  readonly lastMinutePerSecond: BudgetCounts;
   readonly tokens: number;
   readonly waits: number;
   readonly spent: number;

@@ -93,8 +93,11 @@ export class Recorder {
     this.metrics.bytesSent(sent);
     if (r.savedBy304 > 0) this.metrics.notModifiedSaved(r.savedBy304);
     // The fleet's budget had no token in time: a stale answer (detail=budget) or a 429 (budget-spent).
-    if (kind === 'stale' && outcome.detail === 'budget') this.metrics.budgetDeferred('stale');
-    else if (kind === 'error' && outcome.detail === 'budget-spent') this.metrics.budgetDeferred('refused');
+    const deferred = kind === 'stale' && outcome.detail === 'budget' ? 'stale' : kind === 'error' && outcome.detail === 'budget-spent' ? 'refused' : undefined;
+    if (deferred !== undefined) {
+      this.metrics.budgetDeferred(deferred);
+      this.stats.budgetDeferred(deferred, t);
+    }
     this.stats.request(kind, outcome.tier, operation, userId, t);
     if (!this.#logs(kind === 'error' || res.statusCode >= 500)) return;
     // Values only, no object: with `tm-cache serve`'s sink they are kept in columns and the line

@@ -27,7 +27,18 @@ interface Bucket {
   requests: number;
   byOutcome: ByOutcome;
   upstream: number;
+  budget: BudgetCounts;
 }
+
+/** What the fleet budget's lack of tokens did to requests: 429s (`refused`), stale answers (detail=budget), refresh-ahead skipped. */
+export interface BudgetCounts {
+  refused: number;
+  stale: number;
+  skipped: number;
+}
+
+/** The window of `budgetPerSecond`: the last minute. */
+const BUDGET_WINDOW_MS = 60_000;
 
 export interface Cost {
   requests: number;
@@ -79,6 +90,31 @@ export class RequestStats {
     if (user !== undefined) user.upstreamRequests++;
   }
 
+  /** A client's request the budget had no token for in time: answered stale (detail=budget) or refused (429). */
+  budgetDeferred(to: 'stale' | 'refused', t: number): void {
+    if (t - this.#current.t >= BUCKET_MS) this.#roll(t);
+    this.#current.budget[to]++;
+  }
+
+  /** Refresh-ahead skipped: no budget token at hand (the budget's `skipped` event). */
+  budgetSkipped(t: number): void {
+    if (t - this.#current.t >= BUCKET_MS) this.#roll(t);
+    this.#current.budget.skipped++;
+  }
+
+  /**
+   * The budget's refusals, stale answers and skips per second over the last minute: the buckets
+   * that began within it (the current one partial), over the time they cover, so a minute-old
+   * process is not averaged over time it did not live.
+   */
+  budgetPerSecond(): BudgetCounts {
+    const t = this.now();
+    const recent = this.series().filter((b) => b.t > t - BUDGET_WINDOW_MS);
+    const seconds = Math.max(1, (t - recent[0]!.t) / 1_000);
+    const per = (k: keyof BudgetCounts): number => Math.round((recent.reduce((sum, b) => sum + b.budget[k], 0) / seconds) * 100) / 100;
+    return { refused: per('refused'), stale: per('stale'), skipped: per('skipped') };
+  }
+
   /** Oldest first; the last bucket is the current, partial one. */
   series(): readonly Bucket[] {
     const t = this.now();
@@ -118,7 +154,7 @@ export class RequestStats {
   }
 
   #open(t: number): Bucket {
-    return { t: t - (t % BUCKET_MS), requests: 0, byOutcome: zeroOutcomes(), upstream: 0 };
+    return { t: t - (t % BUCKET_MS), requests: 0, byOutcome: zeroOutcomes(), upstream: 0, budget: { refused: 0, stale: 0, skipped: 0 } };
   }
 
   /** Closes the current bucket (and empty ones for a quiet gap) and opens the one holding `t`. */

@@ -139,7 +139,22 @@ export interface BudgetSnapshot {
   readonly pausedMs: number;
   readonly tokensAtHand: number;
   readonly queued: Readonly<Record<BudgetPriority, number>>;
+  /** The pause under way (absent: none): how long ago this replica learned of it, and why. */
+  readonly pause?: BudgetPause;
 }
+
+/** Why the fleet is paused: this replica's 429 (with its Retry-After, null when it had none) or the fleet's, read from the shared bucket. */
+export interface PauseCause {
+  readonly from: 'this-replica' | 'fleet';
+  readonly retryAfterMs: number | null;
+}
+
+export interface BudgetPause extends PauseCause {
+  /** How long ago the pause began, as this replica learned of it (ms). */
+  readonly sinceMsAgo: number;
+}
+
+const FLEET_PAUSE: PauseCause = { from: 'fleet', retryAfterMs: null };
 
 interface Waiter {
   readonly priority: number;
@@ -166,6 +181,9 @@ export class FleetBudget {
   #tokens = 0;
   #tokensUntil = 0;
   #pausedUntil = 0;
+  /** When the pause under way began (this replica's clock) and why: recorded only on a 429, never on the hit path. */
+  #pausedSince = 0;
+  #pauseCause: PauseCause = FLEET_PAUSE;
   #rateRps: number;
   #leasing = false;
   #nextLease: ReturnType<typeof setTimeout> | undefined;
@@ -234,17 +252,18 @@ export class FleetBudget {
   onRateLimited(retryAfterMs?: number): void {
     if (this.#closed) return;
     const pauseMs = Math.min(retryAfterMs ?? this.#options.defaultPauseMs, this.#options.shape.maxPauseMs);
+    const cause: PauseCause = { from: 'this-replica', retryAfterMs: retryAfterMs ?? null };
     const own = this.#own.rateLimited(pauseMs);
     if (this.#mode !== 'shared') this.#rateRps = own.rateRps;
-    this.#learnPause(own.pausedMs);
+    this.#learnPause(own.pausedMs, cause);
     if (this.#shared === undefined) return;
     const told = this.#shared.rateLimited(pauseMs);
     if (isPromise(told))
       told.then(
-        (reply) => this.#afterSharedPause(reply),
+        (reply) => this.#afterSharedPause(reply, cause),
         () => undefined,
       );
-    else this.#afterSharedPause(told);
+    else this.#afterSharedPause(told, cause);
   }
 
   /** How long the fleet is still paused, as this replica knows (0: not paused). */
@@ -262,13 +281,15 @@ export class FleetBudget {
 
   snapshot(): BudgetSnapshot {
     const [client, unverified, background, ahead] = this.#queues.map((q) => q.size) as [number, number, number, number];
+    const pausedMs = this.pausedForMs();
     return {
       mode: this.#mode,
       rateRps: this.#rateRps,
       ceilingRps: isLearned(this.#options.shape) ? 0 : this.#options.shape.maxRps,
-      pausedMs: this.pausedForMs(),
+      pausedMs,
       tokensAtHand: this.#tokens,
       queued: { client, unverified, background, ahead },
+      ...(pausedMs > 0 ? { pause: { ...this.#pauseCause, sinceMsAgo: this.#now() - this.#pausedSince } } : {}),
     };
   }
 
@@ -362,11 +383,11 @@ export class FleetBudget {
     this.#apply(reply, request.want, 'shared', askedAt);
   }
 
-  #afterSharedPause(reply: PauseReply | undefined): void {
+  #afterSharedPause(reply: PauseReply | undefined, cause: PauseCause): void {
     if (reply === undefined || this.#closed) return;
     this.#own.adopt(reply);
     this.#rateRps = reply.rateRps;
-    this.#learnPause(reply.pausedMs);
+    this.#learnPause(reply.pausedMs, cause);
   }
 
   /**
@@ -413,13 +434,20 @@ export class FleetBudget {
     }
   }
 
-  /** A pause of `pausedMs` from now, if it ends later than the one known: tokens at hand dropped, waiters it outlasts refused. */
-  #learnPause(pausedMs: number): void {
+  /**
+   * A pause of `pausedMs` from now, if it ends later than the one known: tokens at hand dropped,
+   * waiters it outlasts refused. `cause`: this replica's 429, else the fleet's (a lease's answer);
+   * a lease's answer that lengthens a pause under way (the shared bucket's clock, or another
+   * replica's 429) keeps the cause the pause began with.
+   */
+  #learnPause(pausedMs: number, cause: PauseCause = FLEET_PAUSE): void {
     if (!(pausedMs > 0)) return;
     const now = this.#now();
     const until = now + pausedMs;
     if (until <= this.#pausedUntil) return;
     const wasPaused = now < this.#pausedUntil;
+    if (!wasPaused) this.#pausedSince = now;
+    if (!wasPaused || cause !== FLEET_PAUSE) this.#pauseCause = cause;
     this.#pausedUntil = until;
     this.#tokens = 0;
     if (!wasPaused) this.#options.events?.paused?.(pausedMs);

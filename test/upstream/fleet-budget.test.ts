@@ -203,6 +203,18 @@ describe('fleet budget: learned from the instance', () => {
     expect(capped.pausedForMs()).toBe(5_000);
   });
 
+  it('tells, while paused, since when and why: the Retry-After of its own 429, or none without one', async () => {
+    const budget = makeBudget({ defaultPauseMs: 60_000 });
+    expect(budget.snapshot().pause).toBeUndefined();
+    budget.onRateLimited(30_000);
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(budget.snapshot().pause).toEqual({ from: 'this-replica', retryAfterMs: 30_000, sinceMsAgo: 5_000 });
+    budget.onRateLimited(undefined); // lengthens it: the pause under way, its cause the latest 429's
+    expect(budget.snapshot().pause).toEqual({ from: 'this-replica', retryAfterMs: null, sinceMsAgo: 5_000 });
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(budget.snapshot().pause).toBeUndefined();
+  });
+
   it('refuses, when a pause comes, the waiters it outlasts, and keeps those who can wait it out', async () => {
     const budget = makeBudget();
     const { granted, refused, ask } = recorder(budget);
@@ -261,6 +273,8 @@ describe('fleet budget: shared through a store', () => {
     other.tryAcquire('client', 2);
     await vi.advanceTimersByTimeAsync(0);
     expect(other.pausedForMs()).toBeGreaterThan(4_000);
+    expect(other.snapshot().pause).toMatchObject({ from: 'fleet', retryAfterMs: null });
+    expect(budget.snapshot().pause).toMatchObject({ from: 'this-replica', retryAfterMs: 5_000 });
   });
 
   it('falls back to its share while the store cannot answer, never unlimited, and goes back to it', async () => {

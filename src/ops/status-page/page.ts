@@ -65,7 +65,7 @@
       active?: number;
       queued?: number;
       /** The fleet's upstream budget as this replica knows it (null: none wired). */
-      budget?: { mode?: string; rateRps?: number; pausedMs?: number; deferredToStale?: number; refused?: number } | null;
+      budget?: BudgetStats | null;
     };
     bytes?: { sent?: number; savedBy304?: number };
     /** cache.sharing: project: upstream requests saved by members reading each other's answers. */
@@ -75,6 +75,20 @@
     /** The rows, and what they leave out (`other*`): rows and rest add up to the cards' totals. */
     top?: { operations?: TopRow[]; otherOperations?: Cost; users?: TopRow[]; otherUsers?: Cost };
     series?: Bucket[];
+  }
+  /** /admin/stats' `upstream.budget` (admin.ts, BudgetStats). */
+  interface BudgetStats {
+    mode?: string;
+    rate?: 'fixed' | 'learned';
+    rateRps?: number;
+    ceilingRps?: number | null;
+    pausedMs?: number;
+    pause?: { since?: string; until?: string; from?: string; retryAfterMs?: number | null } | null;
+    queued?: Counts;
+    waiting?: number;
+    lastMinutePerSecond?: { refused?: number; stale?: number; skipped?: number };
+    deferredToStale?: number;
+    refused?: number;
   }
   /** Requests per second over the rate window, in total and by outcome. */
   type Rates = Record<'total' | Outcome, number> & { from: number; to: number; seconds: number };
@@ -495,6 +509,47 @@
   }
 
   // ---- render -----------------------------------------------------------------------------
+  /** The Budget card: the rate against its ceiling, where tokens come from, any pause and why, who waits, what it refused. */
+  function renderBudgetCard(b: BudgetStats | undefined): void {
+    const ceiling = b?.ceilingRps;
+    setStat('budget.rate', isNum(b?.rateRps) ? count(b.rateRps) + ' / ' + (isNum(ceiling) ? count(ceiling) : 'learned') : '—', b?.rateRps);
+    setState('budget.mode', b?.mode);
+    setStat('budget.kind', text(b?.rate), b?.rate);
+    const pause = b?.pause;
+    let paused = b ? 'no' : '—';
+    if (pause && pause.until) {
+      const why =
+        pause.from === 'fleet'
+          ? "another replica's 429"
+          : isNum(pause.retryAfterMs)
+            ? 'Retry-After ' + duration(pause.retryAfterMs / 1000)
+            : '429 without Retry-After';
+      paused = 'until ' + clock(Date.parse(pause.until)) + ' (' + why + ')';
+    }
+    setStat('budget.pause', paused, pause ? pause.until : null);
+    const q = b?.queued;
+    setStat(
+      'budget.waiting',
+      q
+        ? count(b?.waiting) +
+            ' (client ' +
+            count(q['client']) +
+            ' · unverified ' +
+            count(q['unverified']) +
+            ' · background ' +
+            count(q['background']) +
+            ' · ahead ' +
+            count(q['ahead']) +
+            ')'
+        : '—',
+      b?.waiting,
+    );
+    const per = b?.lastMinutePerSecond;
+    setStat('budget.refusedPerS', rate(per?.refused), per?.refused);
+    setStat('budget.stalePerS', rate(per?.stale), per?.stale);
+    setStat('budget.skippedPerS', rate(per?.skipped), per?.skipped);
+  }
+
   function render(s: Stats): void {
     const req = s.requests || {},
       up = s.upstream || {},
@@ -549,6 +604,7 @@
     setStat('upstream.budget.paused', isNum(pausedMs) ? (pausedMs > 0 ? Math.ceil(pausedMs / 1000) + ' s' : 'no') : '—', pausedMs);
     setStat('upstream.budget.deferredToStale', count(budget?.deferredToStale), budget?.deferredToStale);
     setStat('upstream.budget.refused', count(budget?.refused), budget?.refused);
+    renderBudgetCard(budget);
     ['2xx', '3xx', '4xx', '429', '5xx', 'error'].forEach(function (c) {
       setStat('upstream.byStatusClass.' + c, count(up.byStatusClass && up.byStatusClass[c]), up.byStatusClass && up.byStatusClass[c]);
     });
