@@ -257,7 +257,7 @@ try (Cache-Status says what happened):
   curl -si -H 'Authorization: Bearer ${admin.token}' '${proxy.url}/api/v1/users?expands=roles' | grep -iE '^(HTTP|cache-status)'
   # not cached: an unknown parameter is forwarded as it is (Cache-Status: tm-cache; fwd=bypass; detail=unknown-param)
   curl -si -H 'Authorization: Bearer ${member.token}' '${proxy.url}/api/v1/projects/${project}/runs?_=1' | grep -iE '^(HTTP|cache-status)'
-  # not cached: no credential, the instance's own 401, relayed
+  # not cached: no credential, answered 401 by tm-cache itself (the instance is not asked)
   curl -si '${proxy.url}/api/v1/user' | grep -iE '^HTTP'
   # the figures behind the status page (management port, admin API)
   curl -s -H "Authorization: Bearer ${adminToken}" '${proxy.managementUrl}/admin/stats'

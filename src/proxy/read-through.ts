@@ -245,9 +245,7 @@ export class ReadThrough {
   async #afterProof(d: Decision, proven: unknown): Promise<Served> {
     const served = await this.serve(d, this.o.now());
     const proof = proven as Served | undefined;
-    // The same answer, whichever tier handed it back (a Redis read is a copy): stored at the same time, the same bytes.
-    const sameEntry = served.kind === 'entry' && proof?.kind === 'entry' && isSameStored(proof.entry, served.entry);
-    return sameEntry && served.outcome.kind === 'hit' ? { kind: 'entry', entry: served.entry, outcome: COLLAPSED_INTO_PROOF } : served;
+    return proof?.kind === 'entry' ? collapsedInto(served, proof.entry, COLLAPSED_INTO_PROOF) : served;
   }
 
   /** A member's grants this replica lacks, looked up in the shared store (another replica earned them); then judged again. */
@@ -303,10 +301,7 @@ export class ReadThrough {
    */
   async #afterOwnWait(d: Decision, entry: CacheEntry): Promise<Served> {
     d.request.ownWaited = true;
-    const served = await this.#act(d, { entry, tier: 'redis' }, this.o.now(), 'stored-earlier');
-    return served.kind === 'entry' && served.entry === entry && served.outcome.kind === 'hit'
-      ? { kind: 'entry', entry, outcome: COLLAPSED_INTO_REDIS_FILL }
-      : served;
+    return collapsedInto(await this.#act(d, { entry, tier: 'redis' }, this.o.now(), 'stored-earlier'), entry, COLLAPSED_INTO_REDIS_FILL);
   }
 
   /**
@@ -538,7 +533,13 @@ function namesAnotherOrigin(entry: CacheEntry, origin: string): boolean {
   return allowed !== undefined && allowed !== '*' && allowed !== origin;
 }
 
-/** One stored answer, read from any tier: the same store time and the same validator. */
-function isSameStored(a: CacheEntry, b: CacheEntry): boolean {
-  return a === b || (a.storedAt === b.storedAt && a.etag === b.etag);
+/**
+ * A request judged again after waiting for another's fill: served as a hit the entry that fill
+ * produced (whichever tier handed it back: a Redis read is a copy, with the same store time and
+ * validator), it was collapsed into that fill (RFC 9211), not a hit.
+ */
+function collapsedInto(served: Served, produced: CacheEntry, outcome: CacheOutcome): Served {
+  if (served.kind !== 'entry' || served.outcome.kind !== 'hit') return served;
+  const same = served.entry === produced || (served.entry.storedAt === produced.storedAt && served.entry.etag === produced.etag);
+  return same ? { kind: 'entry', entry: served.entry, outcome } : served;
 }

@@ -18,7 +18,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { makeErrorBody } from '../../api/errors.js';
-import { BudgetSpentError, type BudgetPriority } from '../../upstream/fleet-budget.js';
+import type { BudgetPriority } from '../../upstream/fleet-budget.js';
 import type { LaneCaller } from '../../upstream/fair-queue.js';
 import { toUpstreamError } from '../../upstream/client.js';
 import type { Handler } from '../pipeline.js';
@@ -51,26 +51,17 @@ export function budgeted(forward: Handler, o: BudgetedOptions): Handler {
   return (req, res) => {
     const requester = requesterOf(req, o.verifiedUser);
     if (requester === undefined) return answer(req, res, 401, UNAUTHENTICATED, { 'www-authenticate': 'Bearer' });
-    let waiting: Promise<void> | undefined;
-    try {
-      waiting = o.budget.acquire(requester.priority, requester.caller);
-    } catch (err) {
-      return refuse(req, res, err);
-    }
+    const waiting = o.budget.acquire(requester.priority, requester.caller);
     if (waiting === undefined) return forward(req, res);
-    waiting.then(
-      () => (res.destroyed ? undefined : forward(req, res)),
-      (err: unknown) => refuse(req, res, err),
-    );
+    // Anything but a token (the budget spent, or a throw forwarding) is answered here: never an unhandled rejection.
+    waiting.then(() => (res.destroyed ? undefined : forward(req, res))).catch((err: unknown) => refuse(req, res, err));
   };
 }
 
-/** tm-cache's own 429, as a fill's (served.ts): how long until a token may be had, in the house error body. */
+/** As a failed fill is answered (served.ts): the budget spent is tm-cache's 429 with how long until a token may be had. */
 function refuse(req: IncomingMessage, res: ServerResponse, err: unknown): void {
-  if (!(err instanceof BudgetSpentError)) throw err;
-  const served = upstreamFailure(toUpstreamError(err));
-  if (served.kind !== 'local') throw err;
-  answer(req, res, served.status, Buffer.from(JSON.stringify(served.body)), served.headers);
+  const { status, body, headers } = upstreamFailure(toUpstreamError(err));
+  answer(req, res, status, Buffer.from(JSON.stringify(body)), headers);
 }
 
 function answer(req: IncomingMessage, res: ServerResponse, status: number, body: Buffer, headers: Readonly<Record<string, string>>): void {

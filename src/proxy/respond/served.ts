@@ -8,16 +8,19 @@ import type { CacheEntry } from '../../cache/entry.js';
 import type { CacheOutcome } from '../../cache/outcome.js';
 import type { UpstreamError, UpstreamResponse } from '../../upstream/client.js';
 
+/** An answer made here: a status, the project's error body, its headers. */
+export interface LocalServed {
+  readonly kind: 'local';
+  readonly status: number;
+  readonly body: ErrorBody;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly outcome: CacheOutcome;
+}
+
 export type Served =
   | { readonly kind: 'entry'; readonly entry: CacheEntry; readonly outcome: CacheOutcome }
   | { readonly kind: 'relay'; readonly response: UpstreamResponse; readonly outcome: CacheOutcome }
-  | {
-      readonly kind: 'local';
-      readonly status: number;
-      readonly body: ErrorBody;
-      readonly headers: Readonly<Record<string, string>>;
-      readonly outcome: CacheOutcome;
-    };
+  | LocalServed;
 
 /**
  * Headers of a relayed upstream answer worth keeping; Set-Cookie and hop-by-hop never are.
@@ -40,7 +43,7 @@ export function relayedHeaders(res: UpstreamResponse): Record<string, string> {
  * Retry-After when the fleet's upstream budget is spent (never a 503: the instance is not down,
  * and the client may come back when a token may be had).
  */
-export function upstreamFailure(err: UpstreamError, upstreamStatus?: number): Served {
+export function upstreamFailure(err: UpstreamError, upstreamStatus?: number): LocalServed {
   return {
     kind: 'local',
     status: err.status,
