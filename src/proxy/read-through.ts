@@ -207,11 +207,15 @@ export class ReadThrough {
    * a refusal on the shared key would (access.ts).
    */
   #ownOrFill(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
-    if (d.ownKey === d.key || !this.o.proofs.lacksExpandedGrant(d, now)) return this.#proveOrWait(d, found, now);
+    const proofs = this.o.proofs;
+    if (d.ownKey === d.key || !proofs.lacksExpandedGrant(d, now)) return this.#proveOrWait(d, found, now);
     const own = decideOwn(d);
     const held = this.o.cache.get(own.key, now, own.request);
-    if (held instanceof Promise) return held.then((f) => this.#act(own, f, this.o.now(), 'lookup'));
-    return this.#act(own, held, now, 'lookup');
+    const served = held instanceof Promise ? held.then((f) => this.#act(own, f, this.o.now(), 'lookup')) : this.#act(own, held, now, 'lookup');
+    // Its 200 proves the operation's own area (proofs.ts `answered`): the member's other questions
+    // of that area wait for it rather than prove it again.
+    if (served instanceof Promise && proofs.mayProve(d, now)) proofs.proving(d, served);
+    return served;
   }
 
   /**
@@ -330,7 +334,50 @@ export class ReadThrough {
   }
 
   /** A due confirmation of the caller's access to the entry's project: asked (coalesced, shared), then the entry is served, or dropped and the request filled. */
-  async #confirmThenServe(d: Decision, found: Found, projectId: number): Promise<Served> {
+  #confirmThenServe(d: Decision, found: Found, projectId: number): Promise<Served> {
+    if (d.gate !== 'member' || d.request.proofWaited) return this.#confirmAndServe(d, found, projectId);
+    const proofs = this.o.proofs;
+    const now = this.o.now();
+    // Their proof of this area under way (another question's): waited for, then judged again.
+    const sameArea = proofs.provingNow(d);
+    if (sameArea !== undefined) return this.#afterWaitingOn(d, sameArea);
+    d.request.proofWaited = true;
+    // A member's fill of an area they hold no grant for proves the area and confirms the project
+    // at once (proofs.ts `answered`): one request where a confirmation and then a proof were two.
+    // Their other questions of the project wait for it (a due confirmation included).
+    if (d.areas !== 0 && !proofs.isGranted(d.caller.userId, d.projectId, d.areas, now)) {
+      const proof = this.#proveUnconfirmed(d, found, projectId);
+      proofs.proving(d, proof);
+      return proof;
+    }
+    return this.#confirmAfterProofs(d, found, projectId);
+  }
+
+  /** An unconfirmed member's question of an area they hold no grant for: confirmed and granted elsewhere (the shared store), judged as before; else their own fill proves both. */
+  async #proveUnconfirmed(d: Decision, found: Found, projectId: number): Promise<Served> {
+    if (await this.o.proofs.isConfirmedElsewhere(d)) return this.#confirmAndServe(d, found, projectId);
+    this.o.proofs.fillingOwn();
+    return this.#ownOrFill(d, found, this.o.now());
+  }
+
+  /**
+   * A due confirmation with no area to prove (the project's own question): a proof of another of
+   * the project's areas under way for this member, or begun by a request read in the same turn of
+   * the event loop (a dashboard's panels arrive together), is waited for rather than a
+   * confirmation asked of the instance.
+   */
+  async #confirmAfterProofs(d: Decision, found: Found, projectId: number): Promise<Served> {
+    const pending = this.o.proofs.provingProject(d) ?? (await nextTurn(), this.o.proofs.provingProject(d));
+    if (pending !== undefined) return this.#afterWaitingOn(d, pending);
+    return this.#confirmAndServe(d, found, projectId);
+  }
+
+  async #afterWaitingOn(d: Decision, proof: Promise<unknown>): Promise<Served> {
+    d.request.proofWaited = true;
+    return this.#afterProof(d, await proof.catch(() => undefined));
+  }
+
+  async #confirmAndServe(d: Decision, found: Found, projectId: number): Promise<Served> {
     const confirmation = await this.o.proofs.confirm(d, projectId);
     const now = this.o.now();
     if (confirmation.kind === 'confirmed') return this.#act(d, found, now, 'access-confirmed');
@@ -538,6 +585,9 @@ function namesAnotherOrigin(entry: CacheEntry, origin: string): boolean {
  * produced (whichever tier handed it back: a Redis read is a copy, with the same store time and
  * validator), it was collapsed into that fill (RFC 9211), not a hit.
  */
+/** The next turn of the event loop: after every request read in this one (setImmediate runs after the poll phase). */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 function collapsedInto(served: Served, produced: CacheEntry, outcome: CacheOutcome): Served {
   if (served.kind !== 'entry' || served.outcome.kind !== 'hit') return served;
   const same = served.entry === produced || (served.entry.storedAt === produced.storedAt && served.entry.etag === produced.etag);

@@ -148,6 +148,45 @@ describe('a proof under way', () => {
   });
 });
 
+describe('a question expanding an area the member holds no grant for (answered from their own key)', () => {
+  it("its 200 proves the operation's area, never the expanded one", () => {
+    const { proofs } = keeper();
+    const own = decideOwn(memberDecision(milestonesWithUsers, caller(2)));
+    proofs.answered(own, own, T0, makeEntry(T0), true, T0);
+    expect(proofs.isGranted(2, PROJECT, areaMask(memberDecision(`/api/v1/projects/${PROJECT}/milestones`, caller(2)).canonical), T0)).toBe(true);
+    expect(proofs.isGranted(2, PROJECT, own.areas, T0)).toBe(false);
+    expect(proofs.lacksExpandedGrant(memberDecision(milestonesWithUsers, caller(2)), T0)).toBe(true);
+  });
+
+  it('may prove that area while the member lacks it and no proof of it is under way', () => {
+    const { proofs } = keeper();
+    const d = memberDecision(milestonesWithUsers, caller(2));
+    expect(proofs.mayProve(d, T0)).toBe(true);
+    proofs.proving(d, new Promise(() => undefined));
+    expect(proofs.mayProve(d, T0)).toBe(false);
+    const granted = decideOwn(memberDecision(milestonesWithUsers, caller(3)));
+    proofs.answered(granted, granted, T0, makeEntry(T0), true, T0);
+    expect(proofs.mayProve(granted, T0)).toBe(false);
+  });
+});
+
+describe("a member's proofs of a project under way", () => {
+  it('are what a due confirmation of the project waits on: the latest of any area, per member and project, dropped once settled', async () => {
+    const { proofs } = keeper();
+    const project = memberDecision(`/api/v1/projects/${PROJECT}`, caller(2));
+    expect(proofs.provingProject(project)).toBeUndefined();
+    let settle!: () => void;
+    const proof = new Promise<void>((resolve) => (settle = resolve));
+    proofs.proving(memberDecision(runs, caller(2)), proof);
+    expect(proofs.provingProject(project)).toBe(proof);
+    expect(proofs.provingProject(memberDecision(`/api/v1/projects/${PROJECT}`, caller(3)))).toBeUndefined();
+    settle();
+    await proof;
+    await Promise.resolve();
+    expect(proofs.provingProject(project)).toBeUndefined();
+  });
+});
+
 describe('decideOwn', () => {
   it("answers a member's question from their own key in a new Decision: the first is never rewritten, the request is the same", () => {
     const d = memberDecision(milestonesWithUsers, caller(2));

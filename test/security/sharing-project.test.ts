@@ -217,6 +217,36 @@ describe('a member of the project', () => {
     }
   });
 
+  it('opening a dashboard of the project, costs one request per area: the proofs confirm the project, and a question expanding another area proves its own', async () => {
+    const [r1] = await replicas();
+    const project = `/api/v1/projects/${projectId}`;
+    const expanded = runs('?per_page=25&expands=users');
+    const plain = runs('?per_page=15');
+    for (const path of [project, plain, sessions()]) expect((await r1.get(path, a.token)).status).toBe(200); // the team's entries
+    await emulator.faults({ latency_ms: 300 });
+    try {
+      await emulator.resetStats();
+      // As a browser opens the panels: the question expanding users on its way to the instance, then the others together.
+      const first = r1.get(expanded, b.token);
+      await until(async () => ((await emulator.stats()).by_route['GET /api/v1/projects/{project_id}/runs'] ?? 0) === 1);
+      const [projectAnswer, plainAnswer, sessionsAnswer] = await Promise.all([project, plain, sessions()].map((path) => r1.get(path, b.token)));
+      const expandedAnswer = await first;
+      const answers = [projectAnswer!, plainAnswer!, sessionsAnswer!, expandedAnswer];
+      for (const res of answers) expect(res.status).toBe(200);
+      const byRoute = (await emulator.stats()).by_route;
+      // No confirmation asked: b's proofs of the runs and the sessions confirmed the project.
+      expect(byRoute['GET /api/v1/projects/{project_id}'] ?? 0).toBe(0);
+      // One proof of the runs: the question expanding users (answered from b's own scope) proved it, the plain page waited for it.
+      expect(byRoute['GET /api/v1/projects/{project_id}/runs']).toBe(1);
+      expect(byRoute['GET /api/v1/projects/{project_id}/sessions']).toBe(1);
+      expect(isSharedHit(projectAnswer!)).toBe(true);
+      expect(isSharedHit(plainAnswer!)).toBe(true);
+      expect(expandedAnswer.headers['cache-status']).not.toContain('key=project');
+    } finally {
+      await emulator.clearFaults();
+    }
+  });
+
   it('holding a grant earned on one replica, is served by the other from Redis without asking the instance', async () => {
     const [r1, r2] = await replicas();
     await r1.get(runs(), a.token);

@@ -110,6 +110,12 @@ export class ProjectAccess {
     }).promise;
   }
 
+  /** Did another replica confirm (and share) the user's access to the project? The shared store alone, never the instance. */
+  async isConfirmedElsewhere(userId: number, projectId: number, budget?: SharedTierBudget): Promise<boolean> {
+    if (this.o.shared === undefined) return false;
+    return (await this.#sharedConfirmation(userId, projectId, `${userId}:${projectId}`, budget)) !== undefined;
+  }
+
   /** The confirmation another replica shared, until its own expiry. */
   async #sharedConfirmation(userId: number, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation | undefined> {
     const sharedUntil = await this.o.shared?.getJson<number>(NAMESPACE, key, { budget, isValid: isConfirmedUntil });

@@ -57,6 +57,8 @@ export interface CallerProofs {
   lacksExpandedGrant(r: ProvenRequest, now: number): boolean;
   /** The caller's access to the project asked of the instance (coalesced, shared between replicas). */
   confirm(r: ProvenRequest, projectId: number): Promise<Confirmation>;
+  /** Did another replica confirm the caller's access to the project? The shared store alone (false without one). */
+  isConfirmedElsewhere(r: ProvenRequest): Promise<boolean>;
   /** The member's grants another replica earned, looked up in the shared store. */
   findGrants(r: ProvenRequest): Promise<void>;
   /** Asks the shared store once whether another replica learned the project of the resource `r` names; absent: nothing to ask. */
@@ -74,6 +76,14 @@ export interface CallerProofs {
   provingNow(r: ProvenRequest): Promise<unknown> | undefined;
   /** `proof` (a member's fill under their own token) proves `r`'s area: their other questions of it wait for it. */
   proving(r: ProvenRequest, proof: Promise<unknown>): void;
+  /** Does the member lack a grant of `r`'s operation's area, with no proof of it under way? (Then a fill of theirs under their own token may prove it.) */
+  mayProve(r: ProvenRequest, now: number): boolean;
+  /**
+   * A proof of any area of `r`'s project under way for this member: their confirmation of the
+   * project comes with it (a 200 of the project's area renews it), so a due confirmation waits for
+   * it rather than asking the instance. Undefined when none is.
+   */
+  provingProject(r: ProvenRequest): Promise<unknown> | undefined;
   /** Whose credential a background refresh of `r`'s entry is asked under: a member whose proof it renews, else the reader's own. */
   refresher(r: ProvenRequest, now: number): Credential;
   /** A refresher chosen above is done with. */
@@ -106,6 +116,8 @@ export class ProofKeeper implements CallerProofs {
   readonly findPlace: ((r: ProvenRequest) => Promise<void>) | undefined;
   /** Proofs under way, by member, project and area: one each, dropped when settled. */
   readonly #proving = new Map<string, Promise<unknown>>();
+  /** The latest proof under way, by member and project (any area): what a due confirmation waits on. */
+  readonly #provingProject = new Map<string, Promise<unknown>>();
 
   constructor(private readonly o: ProofKeeperOptions) {
     const find = o.findPlace;
@@ -131,6 +143,10 @@ export class ProofKeeper implements CallerProofs {
 
   confirm(r: ProvenRequest, projectId: number): Promise<Confirmation> {
     return this.o.projects.confirm(r.caller, r.authorization, projectId, r.request);
+  }
+
+  isConfirmedElsewhere(r: ProvenRequest): Promise<boolean> {
+    return this.o.projects.isConfirmedElsewhere(r.caller.userId, r.projectId, r.request);
   }
 
   findGrants(r: ProvenRequest): Promise<void> {
@@ -159,8 +175,22 @@ export class ProofKeeper implements CallerProofs {
     const key = provingKey(r);
     if (this.#proving.has(key)) return;
     this.#proving.set(key, proof);
-    const done = (): void => void (this.#proving.get(key) === proof && this.#proving.delete(key));
+    const projectKey = `${r.caller.userId}|${r.projectId}`;
+    this.#provingProject.set(projectKey, proof);
+    const done = (): void => {
+      if (this.#proving.get(key) === proof) this.#proving.delete(key);
+      if (this.#provingProject.get(projectKey) === proof) this.#provingProject.delete(projectKey);
+    };
     proof.then(done, done);
+  }
+
+  mayProve(r: ProvenRequest, now: number): boolean {
+    const mask = operationAreaMask(r.canonical);
+    return mask !== 0 && !this.o.grants.isGranted(r.caller.userId, r.projectId, mask, now) && !this.#proving.has(provingKey(r));
+  }
+
+  provingProject(r: ProvenRequest): Promise<unknown> | undefined {
+    return this.#provingProject.get(`${r.caller.userId}|${r.projectId}`);
   }
 
   refresher(r: ProvenRequest, now: number): Credential {
@@ -179,10 +209,13 @@ export class ProofKeeper implements CallerProofs {
     // A fresh 200 of a project for this user confirms their access to it (access-confirmation.ts).
     const projectId = r.gate === 'member' ? r.projectId : r.gate === 'project' ? projectOf(entry) : undefined;
     if (projectId !== undefined) this.o.projects.renew(caller.userId, projectId, askedAt, r.request);
-    if (r.gate !== 'member') return;
-    // And of the operation's area, under their own credential: the grant (access-grants.ts).
+    // A project's question (a member's, or one answered from their own key: decide.ts `decideOwn`)
+    // answered under their own credential proves the operation's area: the grant (access-grants.ts).
+    // Never an area its expands reveal: the instance answers 403 for the operation's area alone.
+    if (r.projectId === 0) return;
     const area = r.canonical.op.area;
     if (area !== null) this.o.grants.earn(caller.userId, r.projectId, area, askedAt, r.request);
+    if (r.gate !== 'member') return;
     // A member who proved it with their own request: a credential refreshes may be asked under.
     if (who === r) this.o.refreshers?.seen(r.projectId, caller, who.authorization, now);
     if (kept) this.o.events?.stored(caller.userId, entry);
