@@ -340,7 +340,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
   );
   const budgetSkips = new LabelledFamily(
     'tm_cache_upstream_budget_skipped_total',
-    'Background work skipped rather than queued because no budget token was at hand, by priority.',
+    'Background work skipped for want of a budget token: none at hand, or (refresh-ahead) none within its wait, by priority.',
     'counter',
     ['priority'],
     [],

@@ -171,7 +171,7 @@ export class ReadThrough {
 
   /**
    * Refresh-ahead (refresh-ahead.ts) over this read-through: a refresh is a fill at the budget's
-   * lowest priority (`ahead`: skipped, never queued, without a token at hand), coalesced with any
+   * lowest priority (`ahead`: only tokens nobody else waits for; skipped when none comes in time), coalesced with any
    * fill of the key. Filled from the instance (`fill-from-instance`): the entry held is still
    * fresh, so the cross-replica lock must not answer with it (fill.ts); another replica's refresh
    * under way is waited for all the same.

@@ -11,7 +11,8 @@
  * - A read already past `freshUntil − lead` refreshes at once.
  * - When the timer fires, nothing is sent if the entry was replaced, evicted or purged meanwhile
  *   (this replica's memory no longer holds the same answer), or if a fill of the key is under way
- *   or the fleet's budget is paused (`mayStart`). A refresh skipped for want of a budget token, or
+ *   or the fleet's budget is paused (`mayStart`). A refresh waits for a budget token last (only
+ *   tokens nobody else waits for, fleet-budget.ts). One skipped for want of a token, or
  *   for the pause or a fill under way, leaves the entry unmarked: a later read may try again.
  * - A key polled in one period is looked at over twice the last part in the next: the answer a
  *   refresh-ahead stored has its own refresh scheduled at once, sent only if that answer is read

@@ -19,7 +19,7 @@
  *
  * The fleet's budget (fleet-budget.ts), when given, comes before the lanes: every request takes a
  * token first, at its priority (`client` by default; `background` for stale-while-revalidate
- * refreshes; `ahead` for refresh-ahead, which never waits: no token at hand, no request), and
+ * refreshes; `ahead` for refresh-ahead, last, taking only tokens nobody else waits for), and
  * every 429 the instance answers, to any caller, pauses the whole fleet for its Retry-After.
  * No token within `upstream.budget.maxWaitMs`: an UpstreamError `budget-spent` (a 429 to the client).
  */
@@ -126,7 +126,7 @@ export class UpstreamClient implements UpstreamLane {
 
   /**
    * A budget token first (at hand: taken synchronously, no promise), then a slot of `lane`.
-   * `ahead` never waits for a token: refresh-ahead is better skipped than queued.
+   * `ahead` (refresh-ahead) waits last, in room of its own (fleet-budget.ts).
    */
   private getIn(
     lane: FairLane,
@@ -137,10 +137,6 @@ export class UpstreamClient implements UpstreamLane {
   ): Promise<UpstreamResponse> {
     const budget = this.budget;
     if (budget === undefined) return this.inLane(lane, path, headers, caller);
-    if (priority === 'ahead') {
-      if (budget.tryAcquire(priority, caller)) return this.inLane(lane, path, headers, caller);
-      return Promise.reject(budgetSpent(new BudgetSpentError('timeout', budget.retryAfterMs())));
-    }
     const waiting = budget.acquire(priority, caller);
     if (waiting === undefined) return this.inLane(lane, path, headers, caller);
     return waiting.then(

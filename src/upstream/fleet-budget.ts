@@ -17,7 +17,9 @@
  *   `unverified` (the first look-up of a credential never seen, a passthrough request under one)
  *   before `background` (refreshes of stale entries) before `ahead` (refresh-ahead): junk
  *   credentials never make a known caller wait. A token goes to the highest priority waiting; a request never takes a token
- *   at once while one of its priority or higher waits.
+ *   at once while one of its priority or higher waits. Refresh-ahead waits in room of its own
+ *   (AHEAD_QUEUE_SHARE of `maxQueue`), never counted against anyone else's: it takes only the
+ *   tokens nobody else waits for.
  * - Fairness: within a priority, waiters are served round-robin between callers (fair-queue.ts,
  *   as the fair lane's slots), and one caller may hold at most `maxPerCaller` waiters: a caller's
  *   flood gets its turn like everyone else, never the whole budget. (Fair within a replica: the
@@ -60,6 +62,13 @@ import {
 export type BudgetPriority = 'client' | 'unverified' | 'background' | 'ahead';
 /** Highest first: the order tokens go to waiters in. */
 const BUDGET_PRIORITIES: readonly BudgetPriority[] = ['client', 'unverified', 'background', 'ahead'];
+const AHEAD_RANK = BUDGET_PRIORITIES.indexOf('ahead');
+/**
+ * Refresh-ahead's waiters have room of their own, this share of `maxQueue` (at least one), and are
+ * never counted against another priority's room or a caller's share of it: a poller's refreshes
+ * never crowd out a request someone waits for, and they wait only for tokens nobody else wants.
+ */
+const AHEAD_QUEUE_SHARE = 0.25;
 
 /** Where this replica's tokens come from: the fleet's shared bucket, its fallback share (Redis down), or its own (no Redis). */
 export type BudgetMode = 'shared' | 'fallback' | 'local';
@@ -101,7 +110,7 @@ export interface BudgetEvents {
   taken(priority: BudgetPriority): void;
   /** A wait ended: with a token, or spent (timed out, refused for a pause longer than the wait, or a full queue). */
   waited(priority: BudgetPriority, result: 'granted' | 'spent'): void;
-  /** `tryAcquire` found no token at hand. */
+  /** `tryAcquire` found no token at hand, or a refresh ahead got none within its wait (it is skipped). */
   skipped(priority: BudgetPriority): void;
   /** This replica learned of a new fleet pause (its own 429, or another replica's through the shared bucket). */
   paused(pauseMs: number): void;
@@ -119,7 +128,7 @@ export interface FleetBudgetOptions {
   readonly maxWaitMs: number;
   /** The pause after a 429 without Retry-After (`upstream.defaultRetryAfterMs`); any pause is at most `shape.maxPauseMs`. */
   readonly defaultPauseMs: number;
-  /** At most this many requests wait, of every priority (past it: spent at once). */
+  /** At most this many requests wait, of every priority but `ahead` (past it: spent at once); refresh-ahead waits in a quarter of that again. */
   readonly maxQueue: number;
   /** At most this many of one caller's requests wait; absent: no per-caller bound. */
   readonly maxPerCaller?: number | undefined;
@@ -217,9 +226,10 @@ export class FleetBudget {
       return undefined;
     }
     this.#wanted = true;
-    const refusal = this.#refusalFor(caller, maxWaitMs);
+    const refusal = this.#refusalFor(caller, maxWaitMs, rank);
     if (refusal !== undefined) {
       this.#options.events?.waited?.(priority, 'spent');
+      if (rank === AHEAD_RANK) this.#options.events?.skipped?.(priority);
       this.#ensureLease();
       return Promise.reject(refusal);
     }
@@ -321,13 +331,21 @@ export class FleetBudget {
     return true;
   }
 
-  #refusalFor(caller: LaneCaller, maxWaitMs: number): BudgetSpentError | undefined {
+  #refusalFor(caller: LaneCaller, maxWaitMs: number, rank: number): BudgetSpentError | undefined {
     if (this.#closed) return new BudgetSpentError('closed', 0);
     const pausedMs = this.pausedForMs();
     if (pausedMs > maxWaitMs) return new BudgetSpentError('paused', Math.ceil(pausedMs));
+    // Refresh-ahead counts in its own room (AHEAD_QUEUE_SHARE), every other priority in the rest.
+    const ahead = rank === AHEAD_RANK;
+    const [from, to] = ahead ? [AHEAD_RANK, AHEAD_RANK + 1] : [0, AHEAD_RANK];
     let mine = 0;
-    for (const queue of this.#queues) mine += queue.sizeOf(caller);
-    if (this.#waiting() >= this.#options.maxQueue || mine >= this.#maxPerCaller) return new BudgetSpentError('queue-full', this.retryAfterMs());
+    let waiting = 0;
+    for (let i = from; i < to; i++) {
+      mine += this.#queues[i]!.sizeOf(caller);
+      waiting += this.#queues[i]!.size;
+    }
+    const room = ahead ? Math.max(1, Math.floor(this.#options.maxQueue * AHEAD_QUEUE_SHARE)) : this.#options.maxQueue;
+    if (waiting >= room || mine >= this.#maxPerCaller) return new BudgetSpentError('queue-full', this.retryAfterMs());
     return undefined;
   }
 
@@ -471,7 +489,10 @@ export class FleetBudget {
 
   #refuse(waiter: Waiter, error: BudgetSpentError): void {
     clearTimeout(waiter.timer);
-    this.#options.events?.waited?.(BUDGET_PRIORITIES[waiter.priority]!, 'spent');
+    const priority = BUDGET_PRIORITIES[waiter.priority]!;
+    this.#options.events?.waited?.(priority, 'spent');
+    // A refresh ahead that got no token is skipped: the entry is refreshed when it goes stale.
+    if (waiter.priority === AHEAD_RANK) this.#options.events?.skipped?.(priority);
     waiter.reject(error);
   }
 }

@@ -78,6 +78,9 @@ export interface TeamMinute {
   readonly floor: TeamFloor;
   readonly statuses: Record<string, number>;
   readonly polls: number;
+  /** Polls after the first loads answered stale (`fwd=stale`), and the oldest of them (s). */
+  readonly stalePolls: number;
+  readonly oldestStaleS: number;
 }
 
 /**
@@ -93,6 +96,9 @@ function teamFloor(questions: number, members: number): TeamFloor {
 }
 
 const SHARING = { cache: { sharing: 'project' } };
+
+/** Served from cache without a fresh answer (RFC 9211 `fwd=stale`). */
+const isStale = (a: Answer): boolean => a.cacheStatus.includes('fwd=stale');
 
 /**
  * One member's lone cold load through a fresh tm-cache, then the team through another: member i
@@ -116,6 +122,7 @@ export async function teamFirstMinute(em: Emulator, facts: ProjectFacts, members
       await em.resetStats();
       const t0 = performance.now();
       const answers: Answer[] = [];
+      const polls: Answer[] = [];
       const firstLoadMs: number[] = [];
       const member = async (m: TokenInfo, i: number): Promise<void> => {
         const startMs = (i * START_SPREAD_MS) / members.length;
@@ -123,6 +130,7 @@ export async function teamFirstMinute(em: Emulator, facts: ProjectFacts, members
           await sleep(Math.max(0, t0 + startMs + k * POLL_MS - performance.now()));
           const load = await loadPanels(pool, panels, m.token);
           if (k === 0) firstLoadMs.push(load.ms);
+          else polls.push(...load.answers);
           answers.push(...load.answers);
         }
       };
@@ -141,6 +149,8 @@ export async function teamFirstMinute(em: Emulator, facts: ProjectFacts, members
         floor: teamFloor(panels.length, members.length),
         statuses: tallyStatuses(answers),
         polls: answers.length,
+        stalePolls: polls.filter(isStale).length,
+        oldestStaleS: Math.max(0, ...polls.filter(isStale).map((a) => a.ageS)),
       };
     });
   } finally {

@@ -41,6 +41,8 @@ export interface Answer {
   readonly cacheStatus: string;
   /** Retry-After of a 429 or 503 (s). */
   readonly retryAfterS: number | undefined;
+  /** The answer's Age (s), 0 when it carries none. */
+  readonly ageS: number;
   readonly ms: number;
 }
 
@@ -57,10 +59,11 @@ export async function get(pool: Dispatcher, path: string, token: string): Promis
       status: res.statusCode,
       cacheStatus: header(res.headers['cache-status']),
       retryAfterS: retryAfter === '' ? undefined : Number(retryAfter),
+      ageS: Number(header(res.headers.age)) || 0,
       ms: performance.now() - t0,
     };
   } catch {
-    return { status: 0, cacheStatus: '', retryAfterS: undefined, ms: performance.now() - t0 };
+    return { status: 0, cacheStatus: '', retryAfterS: undefined, ageS: 0, ms: performance.now() - t0 };
   }
 }
 

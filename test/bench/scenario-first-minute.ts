@@ -140,6 +140,10 @@ function printTeam(t: TeamMinute): void {
       ['first loads of the team', `p95 ${fmt(t.firstLoadP95Ms, 0)} ms (${t.firstLoadMs.map((ms) => fmt(ms, 0)).join(', ')} ms)`],
       ['first-load p95 ÷ lone', `${fmt(t.firstLoadP95Ms / t.loneMs)} (target ≤ 1.5)`],
       ['client answers over the minute', `${t.polls}: ${statusesOf(t.statuses)}`],
+      [
+        'polls (after the first loads) answered stale',
+        `${t.stalePolls}${t.stalePolls > 0 ? ` (the oldest ${fmt(t.oldestStaleS, 0)} s old)` : ''} (target 0: refresh-ahead keeps them fresh)`,
+      ],
     ],
     [],
     true,
@@ -217,6 +221,7 @@ function checksOf(cold: ColdDashboard, team: TeamMinute, ci: CiMinute, lockout: 
     { name: n('cold dashboard 429s from tm-cache'), value: tmCache429sOf(cold), target: '= 0', pass: tmCache429sOf(cold) === 0, unit: '' },
     maxCheck(n(`team of ${team.members}, upstream in the first minute ÷ floor (${team.floor.total})`), team.upstream / team.floor.total, 1.2),
     maxCheck(n(`team of ${team.members}, first-load p95 ÷ a lone cold load`), team.firstLoadP95Ms / team.loneMs, 1.5),
+    { name: n(`team of ${team.members}, polls answered stale`), value: team.stalePolls, target: '= 0', pass: team.stalePolls === 0, unit: '' },
     {
       name: n(`CI burst of ${ci.agents}, all done (s)`),
       value: ci.doneS,

@@ -153,6 +153,26 @@ describe('fleet budget: priorities and fairness', () => {
     expect(granted.slice(4)).toEqual(['client1', 'client2', 'background1', 'background2', 'ahead1', 'ahead2']);
   });
 
+  it('lets refresh-ahead wait in room of its own: a full room skips it, and never refuses a client or a caller’s share', async () => {
+    const skipped: BudgetPriority[] = [];
+    const budget = makeBudget({ maxQueue: 8, maxPerCaller: 2, events: { skipped: (p) => void skipped.push(p) } });
+    const { granted, refused, ask } = recorder(budget);
+    for (let n = 0; n < 4; n++) ask(`burst${n}`, 'client', 9);
+    ask('ahead1', 'ahead', 1);
+    ask('ahead2', 'ahead', 1);
+    ask('ahead3', 'ahead', 2); // past the ahead room (a quarter of 8)
+    ask('client1', 'client', 1); // caller 1 has two refreshes waiting: its own request still has room
+    ask('client1b', 'client', 1);
+    for (let n = 0; n < 6; n++) ask(`other${n}`, 'client', 10 + n); // the rest of maxQueue, whatever waits ahead
+    await vi.advanceTimersByTimeAsync(0);
+    expect(refused.map((r) => [r.name, r.error.reason])).toEqual([['ahead3', 'queue-full']]);
+    expect(skipped).toEqual(['ahead']);
+    await vi.advanceTimersByTimeAsync(1_000);
+    // Every client first (round-robin between callers), the refreshes ahead last.
+    expect(granted.slice(4, 12).sort()).toEqual(['client1', 'client1b', 'other0', 'other1', 'other2', 'other3', 'other4', 'other5']);
+    expect(granted.slice(12)).toEqual(['ahead1', 'ahead2']);
+  });
+
   it('never lets a request take a token at once while one of its priority or higher waits', async () => {
     const budget = makeBudget();
     const { ask } = recorder(budget);
