@@ -11,7 +11,7 @@ import { Pool } from 'undici';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AREAS } from '../../src/api/catalogue.js';
 import { DEFAULT_CONFIG } from '../../src/config/schema.js';
-import { loadPanels, PLAIN_INSTANCE, tallyStatuses, type Answer, type Load } from './first-minute-load.js';
+import { LIMIT_RPS, loadPanels, PLAIN_INSTANCE, tallyStatuses, type Answer, type Load } from './first-minute-load.js';
 import { dashboardPanels, type ProjectFacts } from './questions.js';
 import { quantile } from './report.js';
 import { teamPanels } from './scenario-team-dashboards.js';
@@ -41,13 +41,16 @@ export interface ColdDashboard {
   readonly instance429s: number;
 }
 
-/** One user's 12 dashboard panels, cold: straight to the instance, then through a fresh tm-cache. */
-export async function coldDashboard(em: Emulator, facts: ProjectFacts, user: TokenInfo): Promise<ColdDashboard> {
+/** The instance's own limit (PLAIN_INSTANCE), told to tm-cache: what an operator who knows it configures. */
+export const KNOWN_LIMIT = { upstream: { budget: { requestsPerSecond: LIMIT_RPS, burst: LIMIT_RPS } } };
+
+/** One user's 12 dashboard panels, cold: straight to the instance, then through a fresh tm-cache (at its defaults unless `config` says otherwise). */
+export async function coldDashboard(em: Emulator, facts: ProjectFacts, user: TokenInfo, config: Record<string, unknown> = DEFAULTS): Promise<ColdDashboard> {
   const { shared, own } = dashboardPanels(facts, user.user_id);
   const panels = [...shared, ...own];
   await em.faults(PLAIN_INSTANCE);
   const direct = await withPool(em.url, (pool) => loadPanels(pool, panels, user.token));
-  const proxy = await startTmCache(em.url, { name: 'tm-cache (first-minute: cold dashboard)', config: DEFAULTS });
+  const proxy = await startTmCache(em.url, { name: 'tm-cache (first-minute: cold dashboard)', config });
   try {
     await em.faults(PLAIN_INSTANCE); // a full bucket again, whatever tm-cache's start asked
     await em.resetStats();

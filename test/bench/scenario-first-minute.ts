@@ -10,7 +10,7 @@
  * 4. a fleet started during a lockout: how soon it serves at 80 % of the limit, and whether it stays;
  * and a rollout of two replicas under polling.
  */
-import { coldDashboard, teamFirstMinute, type ColdDashboard, type TeamMinute } from './first-minute-dashboards.js';
+import { coldDashboard, KNOWN_LIMIT, teamFirstMinute, type ColdDashboard, type TeamMinute } from './first-minute-dashboards.js';
 import { ciFirstBurst, fleetDuringLockout, rolloutUnderPolling, type CiMinute, type Dashboard, type LockoutStart, type Rollout } from './first-minute-fleet.js';
 import { describeInstance, LATENCY_MS, LIMIT_RPS, lockingInstance, PANELS_AT_ONCE, PLAIN_INSTANCE, tallyStatuses } from './first-minute-load.js';
 import { ciQuestions, dashboardPanels, projectFacts, type ProjectFacts } from './questions.js';
@@ -83,7 +83,8 @@ export async function runFirstMinuteScenario(em: Emulator, o: FirstMinuteOptions
   console.log(`   the instance ${LATENCY_MS} ms away with a rate limit tm-cache is not told (each part names it).`);
   try {
     const cold = await coldDashboard(em, team.facts, dashUser);
-    printCold(cold);
+    const coldKnown = await coldDashboard(em, team.facts, dashUser, KNOWN_LIMIT);
+    printCold(cold, coldKnown);
     const teamRun = await teamFirstMinute(em, team.facts, team.members);
     printTeam(teamRun);
     const burst = await ciFirstBurst(em, ciFacts, ci.users, { agents: o.ciAgents, replicas: REPLICAS, deadlineS: 60 });
@@ -97,7 +98,7 @@ export async function runFirstMinuteScenario(em: Emulator, o: FirstMinuteOptions
     printLockout(lockout);
     const rollout = await rolloutUnderPolling(em, dashboards.slice(0, 10), { warmS: 15, windowS: o.rolloutWindowS });
     printRollout(rollout);
-    return { checks: checksOf(cold, teamRun, burst, lockout, rollout) };
+    return { checks: checksOf(cold, coldKnown, teamRun, burst, lockout, rollout) };
   } finally {
     await em.faults({});
   }
@@ -110,13 +111,20 @@ const statusesOf = (r: Record<string, number>): string =>
 const okOf = (c: ColdDashboard): number => c.through.answers.filter((a) => a.status === 200).length;
 const tmCache429sOf = (c: ColdDashboard): number => c.through.answers.filter((a) => a.status === 429).length;
 
-function printCold(c: ColdDashboard): void {
+function printCold(c: ColdDashboard, known: ColdDashboard): void {
   printTable(
     `First minute 1. A cold dashboard: ${c.panels} panels (the dashboards scenario's), ${PANELS_AT_ONCE} at a time; instance ${describeInstance(PLAIN_INSTANCE)}; a fresh tm-cache at its defaults`,
     ['path', 'wall ms', 'answers', 'upstream requests', '429s from the instance'],
     [
       ['straight to the instance', fmt(c.direct.ms, 0), statusesOf(tallyStatuses(c.direct.answers)), c.panels, '—'],
       ['through tm-cache', fmt(c.through.ms, 0), statusesOf(tallyStatuses(c.through.answers)), c.upstream, c.instance429s],
+      [
+        `through tm-cache told the limit (upstream.budget ${LIMIT_RPS} req/s, burst ${LIMIT_RPS}): not the defaults`,
+        `${fmt(known.through.ms, 0)} (straight: ${fmt(known.direct.ms, 0)})`,
+        statusesOf(tallyStatuses(known.through.answers)),
+        known.upstream,
+        known.instance429s,
+      ],
     ],
     [
       `Target: through ÷ straight ≤ 1.2 (measured ${fmt(c.through.ms / c.direct.ms)}), every panel 200, no 429 from tm-cache. The limit is never reached by ${c.panels} requests.`,
@@ -213,10 +221,11 @@ function printRollout(r: Rollout): void {
   );
 }
 
-function checksOf(cold: ColdDashboard, team: TeamMinute, ci: CiMinute, lockout: LockoutStart, rollout: Rollout): Check[] {
+function checksOf(cold: ColdDashboard, coldKnown: ColdDashboard, team: TeamMinute, ci: CiMinute, lockout: LockoutStart, rollout: Rollout): Check[] {
   const n = (name: string) => `first-minute: ${name}`;
   return [
     maxCheck(n('cold dashboard wall time, through tm-cache ÷ straight'), cold.through.ms / cold.direct.ms, 1.2),
+    ratioCheck(n('cold dashboard with upstream.budget set to the limit, through ÷ straight'), coldKnown.through.ms / coldKnown.direct.ms, undefined),
     { name: n('cold dashboard panels answered 200'), value: okOf(cold), target: `= ${cold.panels}`, pass: okOf(cold) === cold.panels, unit: '' },
     { name: n('cold dashboard 429s from tm-cache'), value: tmCache429sOf(cold), target: '= 0', pass: tmCache429sOf(cold) === 0, unit: '' },
     maxCheck(n(`team of ${team.members}, upstream in the first minute ÷ floor (${team.floor.total})`), team.upstream / team.floor.total, 1.2),
