@@ -31,7 +31,7 @@ import { runHitScenario } from './scenario-hit.js';
 import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
 import { runRedisScenario } from './scenario-redis.js';
 import { runSecurityScenario } from './scenario-security.js';
-import { BENCH_BUDGET, SERVER_CPU, startTmCache, type Emulator } from './servers.js';
+import { BENCH_BUDGET, SERVER_CPU, startBareProxy, startTmCache, type Emulator } from './servers.js';
 
 export interface BenchContext {
   readonly options: Options;
@@ -95,7 +95,8 @@ const SUITE: Scenario[] = [
   {
     name: 'miss',
     budget: FIXED_BUDGET,
-    about: 'distinct cold questions: emulator directly, nginx proxy_pass, tm-cache; then 1,000 concurrent identical cold requests (coalescing)',
+    about:
+      'distinct cold questions: emulator directly, nginx proxy_pass, the bare node proxy, tm-cache; then 1,000 concurrent identical cold requests (coalescing)',
     suite: true,
     needs: [],
     build: true,
@@ -111,7 +112,8 @@ const SUITE: Scenario[] = [
         'nginx proxy_pass',
       );
       if (typeof nginx === 'string') console.log(`   nginx proxy_pass baseline skipped: ${nginx}`);
-      const miss = await runMissScenario(em, proxy, page, ctx.options.number('miss-pairs', 300, 60), typeof nginx === 'string' ? undefined : nginx);
+      const bare = await startBareProxy(em.url);
+      const miss = await runMissScenario(em, proxy, page, ctx.options.number('miss-pairs', 300, 60), typeof nginx === 'string' ? undefined : nginx, bare);
       const coalesce = await runCoalesceScenario(em, proxy, page, ctx.options.number('coalesce', 1_000, 200));
       return { miss, coalesce, checks: [...miss.checks, ...coalesce.checks] };
     },
