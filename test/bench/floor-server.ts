@@ -8,7 +8,7 @@
  * A client that accepts gzip gets tm-cache's gzip answer (its headers and stored bytes), as
  * tm-cache's memory tier sends it; any other the identity answer.
  *
- *   node --import tsx test/bench/floor-server.ts --port 8083 --answers answers.json
+ *   node --import tsx test/bench/floor-server.ts --port 8083 --answers answers.json [--spin-us 5]
  *
  * `answers.json`: `{ "identity": { "status", "headers": [name, value, ...], "body": file }, "gzip": {...} }`.
  */
@@ -24,13 +24,16 @@ export interface FloorAnswer {
   readonly body: string;
 }
 
-const { values } = parseArgs({ options: { port: { type: 'string' }, answers: { type: 'string' } } });
+const { values } = parseArgs({ options: { port: { type: 'string' }, answers: { type: 'string' }, 'spin-us': { type: 'string' } } });
+/** Busy work per request, in µs (default none): what a few µs of JavaScript on a hit cost the floor, all told. */
+const spinUs = Number(values['spin-us'] ?? 0);
 const answers = JSON.parse(readFileSync(values.answers!, 'utf8')) as Record<'identity' | 'gzip', FloorAnswer>;
 const load = (a: FloorAnswer) => ({ status: a.status, headers: a.headers, body: readFileSync(a.body) });
 const identity = load(answers.identity);
 const gzip = load(answers.gzip);
 
 const server = createServer((req, res) => {
+  if (spinUs > 0) for (const until = performance.now() + spinUs / 1_000; performance.now() < until;);
   const a = req.headers['accept-encoding']?.includes('gzip') === true ? gzip : identity;
   res.writeHead(a.status, a.headers);
   res.end(a.body);

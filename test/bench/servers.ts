@@ -239,7 +239,13 @@ export function rawAnswer(url: string, headers: Record<string, string>): Promise
  * The node:http floor (floor-server.ts): tm-cache's own answers to the page, for identity and gzip
  * clients, replayed from fixed Buffers by a bare `node:http` server.
  */
-export async function startFloor(dir: string, answers: Record<'identity' | 'gzip', RawAnswer>): Promise<Server> {
+export async function startFloor(
+  dir: string,
+  answers: Record<'identity' | 'gzip', RawAnswer>,
+  nodeArgs: readonly string[] = [],
+  /** Busy work per request (floor-server.ts --spin-us): what a few µs of JavaScript cost, all told. */
+  spinUs = 0,
+): Promise<Server> {
   const spec: Record<string, { status: number; headers: string[]; body: string }> = {};
   for (const [kind, a] of Object.entries(answers)) {
     const body = join(dir, `floor-${kind}.body`);
@@ -248,7 +254,8 @@ export async function startFloor(dir: string, answers: Record<'identity' | 'gzip
   }
   const file = join(dir, 'floor-answers.json');
   writeFileSync(file, JSON.stringify(spec));
-  return startBenchScript('node:http floor', 'floor-server.ts', ['--answers', file], '/');
+  const spin = spinUs > 0 ? ['--spin-us', String(spinUs)] : [];
+  return startBenchScript(spinUs > 0 ? `node:http floor + ${spinUs} µs` : 'node:http floor', 'floor-server.ts', ['--answers', file, ...spin], '/', nodeArgs);
 }
 
 /**
