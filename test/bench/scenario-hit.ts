@@ -2,7 +2,8 @@
  * Scenario 1: a cache hit of the 100-run page with users expanded, 32 connections, each server
  * alone on the server core, in rotating rounds: Node's floor (a bare node:http server replaying
  * tm-cache's own answer), bare fastify, tm-cache with its access log off and on (to a file),
- * Varnish, nginx proxy_cache; then the floor and both tm-caches again for gzip clients. The
+ * Varnish, nginx proxy_cache, and a second access-log-off tm-cache as a control (two identical
+ * processes); then the floor and the tm-caches again for gzip clients. The
  * verdict is CPU per hit: the floor's ÷ tm-cache's (≥ 0.9), and the access log off ÷ on (≤ 1).
  */
 import { join } from 'node:path';
@@ -47,6 +48,8 @@ const STDOUT_TO = fileURLToPath(new URL('./stdout-to.mjs', import.meta.url));
 export const FLOOR = 'node:http floor';
 export const TM_OFF = 'tm-cache, access log off';
 export const TM_ON = 'tm-cache, access log on';
+/** A second process of the same build and settings as TM_OFF: how far two identical processes differ in this run. */
+export const TM_CONTROL = 'tm-cache, access log off (control)';
 
 /** tm-cache with its access log on (log level info, every line), stdout a regular file under `dir`. */
 function startTmCacheLogging(dir: string, emulatorUrl: string): Promise<Server> {
@@ -66,6 +69,7 @@ export async function runHitScenario(dir: string, emulator: Emulator, page: Page
     ['bare fastify', () => startBare(dir, page.body, page.contentType)],
     [TM_OFF, () => startTmCache(emulator.url, { name: TM_OFF, logLevel: 'warn' })],
     [TM_ON, () => startTmCacheLogging(dir, emulator.url)],
+    [TM_CONTROL, () => startTmCache(emulator.url, { name: TM_CONTROL, logLevel: 'warn' })],
     ['varnish', async () => startVarnish(dir, await freePort(), backend, SERVER_CPU)],
     ['nginx proxy_cache', async () => startNginx(dir, await freePort(), backend, SERVER_CPU)],
   ];
@@ -88,7 +92,7 @@ export async function runHitScenario(dir: string, emulator: Emulator, page: Page
     const auth = { authorization: `Bearer ${page.token}` };
     const gzipAuth = { ...auth, 'accept-encoding': 'gzip' };
     const answers = [];
-    for (const tm of servers.filter((s) => s.name === TM_OFF || s.name === TM_ON)) {
+    for (const tm of servers.filter((s) => s.name === TM_OFF || s.name === TM_ON || s.name === TM_CONTROL)) {
       answers.push({ identity: await rawAnswer(tm.url + page.path, auth), gzip: await rawAnswer(tm.url + page.path, gzipAuth) });
     }
     const floor = await startFloor(dir, answers[0]!);
@@ -97,7 +101,7 @@ export async function runHitScenario(dir: string, emulator: Emulator, page: Page
     const t0 = performance.now();
     const figures = await compareHits(servers, page, load);
     // Clients that accept gzip (browsers, SDKs): the floor replays tm-cache's gzip answer.
-    const gzipServers = servers.filter((s) => s.name === FLOOR || s.name === TM_OFF || s.name === TM_ON);
+    const gzipServers = servers.filter((s) => s.name === FLOOR || s.name === TM_OFF || s.name === TM_ON || s.name === TM_CONTROL);
     const gzipFigures = await compareHits(gzipServers, page, { ...load, headers: { 'accept-encoding': 'gzip' } });
     const upstreamDuringRun = (await emulator.stats()).by_route[RUNS_ROUTE] ?? 0;
     const elapsedS = (performance.now() - t0) / 1_000;
@@ -139,9 +143,9 @@ function report(
     const r = rows.find((x) => x.name === name);
     return r?.cpuUsPerReq === undefined ? undefined : (r as HitFigures);
   };
-  const [floor, off, on] = [measured(FLOOR), measured(TM_OFF), measured(TM_ON)];
+  const [floor, off, on, control] = [measured(FLOOR), measured(TM_OFF), measured(TM_ON), measured(TM_CONTROL)];
   const gz = (name: string) => gzip.find((f) => f.name === name);
-  const [gzFloor, gzOff, gzOn] = [gz(FLOOR), gz(TM_OFF), gz(TM_ON)];
+  const [gzFloor, gzOff, gzOn, gzControl] = [gz(FLOOR), gz(TM_OFF), gz(TM_ON), gz(TM_CONTROL)];
   printTable(
     `1. Cache hit: ${page.path} (${page.body.length} B), identity clients, ${load.connections} connections, ${load.durationS} s each in ${load.rounds} rotating rounds, server on core ${SERVER_CPU}`,
     [
@@ -220,6 +224,18 @@ function report(
     [
       ['identity', fmt(off?.cpuUsPerReq, 1), fmt(on?.cpuUsPerReq, 1), fmt(cpuRatio(off, on)), spread(perRound(off, on))],
       ['gzip', fmt(gzOff?.cpuUsPerReq, 1), fmt(gzOn?.cpuUsPerReq, 1), fmt(cpuRatio(gzOff, gzOn)), spread(perRound(gzOff, gzOn))],
+      ['identity, control: off ÷ off', fmt(off?.cpuUsPerReq, 1), fmt(control?.cpuUsPerReq, 1), fmt(cpuRatio(off, control)), spread(perRound(off, control))],
+      [
+        'gzip, control: off ÷ off',
+        fmt(gzOff?.cpuUsPerReq, 1),
+        fmt(gzControl?.cpuUsPerReq, 1),
+        fmt(cpuRatio(gzOff, gzControl)),
+        spread(perRound(gzOff, gzControl)),
+      ],
+    ],
+    [
+      `"control": "${TM_OFF}" against "${TM_CONTROL}", a second process of the same build and settings, asked alike:`,
+      "  how far two identical processes differ in this run. A difference between off and on within it is not the access log's.",
     ],
   );
   const notCaching = rows.filter((r) => r.name !== 'bare fastify' && r.name !== FLOOR && !r.skipped && r.upstreamForTwo !== 1);
@@ -242,6 +258,7 @@ function report(
       ratioCheck('hit, gzip: node:http floor ÷ tm-cache, access log on (CPU per hit, median of rounds)', perRound(gzFloor, gzOn)?.median, 0.9),
       maxCheck('hit, identity: access log off ÷ on (CPU per hit, median of rounds)', perRound(off, on)?.median, 1),
       maxCheck('hit, gzip: access log off ÷ on (CPU per hit, median of rounds)', perRound(gzOff, gzOn)?.median, 1),
+      ratioCheck('hit, identity: control, one off process ÷ another (CPU per hit, median of rounds)', perRound(off, control)?.median, undefined),
       ratioCheck('hit: tm-cache ÷ bare fastify (1-core, CPU/req)', byCapacity('bare fastify'), 0.85),
       ratioCheck('hit: tm-cache ÷ varnish (1-core, CPU/req)', byCapacity('varnish'), 1.0),
       ratioCheck('hit: tm-cache ÷ nginx proxy_cache (1-core)', byCapacity('nginx proxy_cache'), undefined),

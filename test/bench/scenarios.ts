@@ -83,7 +83,8 @@ const SUITE: Scenario[] = [
   {
     name: 'hit',
     budget: FIXED_BUDGET,
-    about: 'memory hit of the 100-run page: tm-cache against bare fastify, Varnish, nginx proxy_cache (32 connections, rotating rounds)',
+    about:
+      "memory hit of the 100-run page by CPU per hit: tm-cache (access log off and on, identity and gzip clients) against Node's floor (a bare node:http server replaying tm-cache's answer), bare fastify, Varnish, nginx proxy_cache (32 connections, rotating rounds)",
     suite: true,
     needs: ['wrk'],
     build: true,
