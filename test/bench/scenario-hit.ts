@@ -45,11 +45,11 @@ async function upstreamForTwo(emulator: Emulator, server: Server, page: Page): P
 
 /** The access log's stdout for the "on" server: a regular file (stdout-to.mjs), as `docker run > file` or systemd's StandardOutput=file:. */
 const STDOUT_TO = fileURLToPath(new URL('./stdout-to.mjs', import.meta.url));
-export const FLOOR = 'node:http floor';
-export const TM_OFF = 'tm-cache, access log off';
-export const TM_ON = 'tm-cache, access log on';
+const FLOOR = 'node:http floor';
+const TM_OFF = 'tm-cache, access log off';
+const TM_ON = 'tm-cache, access log on';
 /** A second process of the same build and settings as TM_OFF: how far two identical processes differ in this run. */
-export const TM_CONTROL = 'tm-cache, access log off (control)';
+const TM_CONTROL = 'tm-cache, access log off (control)';
 
 /** tm-cache with its access log on (log level info, every line), stdout a regular file under `dir`. */
 function startTmCacheLogging(dir: string, emulatorUrl: string): Promise<Server> {
