@@ -71,9 +71,10 @@ function frameName(n: ProfileNode): string {
 function origin(n: ProfileNode): string {
   const { url, functionName } = n.callFrame;
   if (!url) return functionName.startsWith('(') ? functionName : '(native/builtin)';
-  if (url.includes('/dist/')) return `tm-cache ${url.slice(url.indexOf('/dist/') + 6)}`;
+  // A package first: its files may sit under a dist/ of its own (lru-cache's dist/esm/).
   const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
   if (m) return m[1]!;
+  if (url.includes('/dist/')) return `tm-cache ${url.slice(url.indexOf('/dist/') + 6)}`;
   if (url.startsWith('node:')) return url;
   return url;
 }
