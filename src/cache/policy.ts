@@ -259,12 +259,25 @@ export function claimLimitsOf(freshness: Config['cache']['freshness'], staleIfEr
   });
   const byOperation = new Map(OPERATIONS.map((op) => [op.id, longest(rulesFor(op, freshness))]));
   const anyOperation = longest(allRules);
+  // Asked on every Redis-tier hit, for the same few keys again and again: made once per key (a
+  // split, a spread and the key's tags each time cost a Redis hit more than its MAC check). The
+  // limits follow from the key and this configuration alone; a reload makes a new memo.
+  const made = new Map<string, ClaimLimits>();
   return (key) => {
+    let limits = made.get(key);
+    if (limits !== undefined) return limits;
     const [, , operationId = '', ids = ''] = key.split('|', 4);
     const op = OPERATION_BY_ID.get(operationId);
-    return { ...(op ? byOperation.get(op.id)! : anyOperation), staleIfErrorMs, keyTags: op ? keyTagsOf(op, ids) : [] };
+    limits = { ...(op ? byOperation.get(op.id)! : anyOperation), staleIfErrorMs, keyTags: op ? keyTagsOf(op, ids) : [] };
+    // Bounded: past MAX_CLAIM_MEMO_KEYS the oldest key goes (a Map iterates in insertion order).
+    if (made.size >= MAX_CLAIM_MEMO_KEYS) made.delete(made.keys().next().value!);
+    made.set(key, limits);
+    return limits;
   };
 }
+
+/** Keys whose claim limits are kept made (a few hundred bytes each). */
+const MAX_CLAIM_MEMO_KEYS = 10_000;
 
 /**
  * Every rule `decide` may choose for an operation: its resource's own (or the default), and

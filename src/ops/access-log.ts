@@ -48,6 +48,42 @@ interface AccessFields {
   readonly refused?: string | undefined;
 }
 
+/**
+ * One access line's fields, as values: owned by the caller (the recorder keeps one and fills it
+ * for every line, as lru-cache's `Status` is owned by its caller and filled field by field), read
+ * by `AccessLog.request` and not kept: no object per line. Absent fields are undefined. Every
+ * field is set here, so every row has one shape; `ms` and `time` start as doubles (NaN) and stay
+ * so, written in place rather than boxed anew on each line.
+ */
+export class AccessRow {
+  reqId = '';
+  method = '';
+  /** The operation: a catalogue id, `invalid`, `unknown` or `passthrough`. */
+  op = '';
+  /** The request target as received: its query is cut when the line is written, never logged. */
+  target = '';
+  status = 0;
+  /** The request's duration, unrounded. */
+  ms = NaN;
+  outcome = '';
+  tier: string | undefined = undefined;
+  /** Whose entry answered (decided requests): `user`, `admin` or `project`, never an id. */
+  scope: string | undefined = undefined;
+  detail: string | undefined = undefined;
+  upstreamStatus: number | undefined = undefined;
+  /** Unrounded. */
+  upstreamMs: number | undefined = undefined;
+  user: number | undefined = undefined;
+  bytes: number | undefined = undefined;
+  aborted = false;
+  /** The parameters a 400/422 refused, comma-separated. */
+  refused: string | undefined = undefined;
+  client: string | undefined = undefined;
+  userAgent: string | undefined = undefined;
+  /** The clock reading the line is dated with (ms since epoch). */
+  time = NaN;
+}
+
 /** A User-Agent longer than this is cut: a line per request must not carry a client's essay. */
 const MAX_USER_AGENT_CHARS = 256;
 
@@ -119,52 +155,32 @@ export class AccessLog implements LineProducer {
   }
 
   /**
-   * A request's line, from its fields as values (no object): `target` is the request target (its
-   * query is cut here, never logged), `ms` and `upstreamMs` unrounded. With a batching destination
-   * the values wait in columns and the line is formatted when the sink drains them; else now.
+   * A request's line, from the row its caller owns and filled (AccessRow: one per caller, reused
+   * for every line, so no object is made per line). With a batching destination the row's values
+   * are copied into columns and the line is formatted when the sink drains them; else now.
    */
-  request(
-    reqId: string,
-    method: string,
-    op: string,
-    target: string,
-    status: number,
-    ms: number,
-    outcome: string,
-    tier: string | undefined,
-    scope: string | undefined,
-    detail: string | undefined,
-    upstreamStatus: number | undefined,
-    upstreamMs: number | undefined,
-    user: number | undefined,
-    bytes: number | undefined,
-    aborted: boolean,
-    refused: string | undefined,
-    client: string | undefined,
-    userAgent: string | undefined,
-    time: number,
-  ): void {
+  request(row: Readonly<AccessRow>): void {
     const stream = this.#stream;
     if (stream === undefined) {
       const fields: AccessFields = {
-        reqId,
-        method,
-        op,
-        path: pathOf(target),
-        status,
-        ms: round(ms),
-        outcome,
-        tier,
-        scope,
-        detail,
-        upstreamStatus,
-        upstreamMs: upstreamMs === undefined ? undefined : round(upstreamMs),
-        user,
-        bytes,
-        aborted: aborted || undefined,
-        refused,
-        client,
-        userAgent: userAgent === undefined ? undefined : cut(userAgent),
+        reqId: row.reqId,
+        method: row.method,
+        op: row.op,
+        path: pathOf(row.target),
+        status: row.status,
+        ms: round(row.ms),
+        outcome: row.outcome,
+        tier: row.tier,
+        scope: row.scope,
+        detail: row.detail,
+        upstreamStatus: row.upstreamStatus,
+        upstreamMs: row.upstreamMs === undefined ? undefined : round(row.upstreamMs),
+        user: row.user,
+        bytes: row.bytes,
+        aborted: row.aborted || undefined,
+        refused: row.refused,
+        client: row.client,
+        userAgent: row.userAgent === undefined ? undefined : cut(row.userAgent),
       };
       this.#logger.info(fields, 'access');
       return;
@@ -175,27 +191,27 @@ export class AccessLog implements LineProducer {
     // touches two or three cache lines for its line, not nineteen.
     const r = i * STRINGS;
     const strings = b.strings;
-    strings[r + S_REQ_ID] = reqId;
-    strings[r + S_METHOD] = method;
-    strings[r + S_OP] = op;
-    strings[r + S_TARGET] = target;
-    strings[r + S_OUTCOME] = outcome;
-    strings[r + S_TIER] = tier;
-    strings[r + S_SCOPE] = scope;
-    strings[r + S_DETAIL] = detail;
-    strings[r + S_REFUSED] = refused;
-    strings[r + S_CLIENT] = client;
-    strings[r + S_USER_AGENT] = userAgent;
+    strings[r + S_REQ_ID] = row.reqId;
+    strings[r + S_METHOD] = row.method;
+    strings[r + S_OP] = row.op;
+    strings[r + S_TARGET] = row.target;
+    strings[r + S_OUTCOME] = row.outcome;
+    strings[r + S_TIER] = row.tier;
+    strings[r + S_SCOPE] = row.scope;
+    strings[r + S_DETAIL] = row.detail;
+    strings[r + S_REFUSED] = row.refused;
+    strings[r + S_CLIENT] = row.client;
+    strings[r + S_USER_AGENT] = row.userAgent;
     const v = i * NUMBERS;
     const numbers = b.numbers;
-    numbers[v + N_STATUS] = status;
-    numbers[v + N_MS] = ms;
-    numbers[v + N_UPSTREAM_STATUS] = upstreamStatus ?? -1;
-    numbers[v + N_UPSTREAM_MS] = upstreamMs ?? NaN;
-    numbers[v + N_USER] = user ?? -1;
-    numbers[v + N_BYTES] = bytes ?? -1;
-    numbers[v + N_ABORTED] = aborted ? 1 : 0;
-    numbers[v + N_TIME] = time;
+    numbers[v + N_STATUS] = row.status;
+    numbers[v + N_MS] = row.ms;
+    numbers[v + N_UPSTREAM_STATUS] = row.upstreamStatus ?? -1;
+    numbers[v + N_UPSTREAM_MS] = row.upstreamMs ?? NaN;
+    numbers[v + N_USER] = row.user ?? -1;
+    numbers[v + N_BYTES] = row.bytes ?? -1;
+    numbers[v + N_ABORTED] = row.aborted ? 1 : 0;
+    numbers[v + N_TIME] = row.time;
     const sink = b.sink;
     if (sink === undefined) {
       b.n = 0;

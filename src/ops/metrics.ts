@@ -424,11 +424,23 @@ export function createMetrics(options: MetricsOptions): Metrics {
     () => totals.adminAuthFailures,
   );
 
+  // The last request's labels and the children they found: a busy proxy's next request mostly
+  // has the same (a poller's hits), found by four comparisons rather than six Map look-ups.
+  const last = { outcome: '', tier: '', operation: '', statusClass: '', count: undefined as Slot | undefined, duration: undefined as Slot | undefined };
   return {
     registry,
     request(outcome, tier, operation, status, seconds) {
-      requests.inc(requests.slot(outcome, tier, operation, statusClassOf(status)));
-      requestDuration.observe(requestDuration.slot(outcome, operation), seconds);
+      const statusClass = statusClassOf(status);
+      if (last.count === undefined || last.outcome !== outcome || last.tier !== tier || last.operation !== operation || last.statusClass !== statusClass) {
+        last.outcome = outcome;
+        last.tier = tier;
+        last.operation = operation;
+        last.statusClass = statusClass;
+        last.count = requests.slot(outcome, tier, operation, statusClass);
+        last.duration = requestDuration.slot(outcome, operation);
+      }
+      requests.inc(last.count);
+      requestDuration.observe(last.duration!, seconds);
     },
     upstream(operation, status, seconds) {
       const statusClass = statusClassOf(status);

@@ -69,6 +69,8 @@ export interface HitFigures {
   readonly rps: number;
   /** req/s of each round, in the order run: their spread is the run's noise. */
   readonly roundRps: number[];
+  /** CPU µs per request of each round, in the order run: paired with another server's rounds, a ratio per round. */
+  readonly roundCpuUsPerReq: number[];
   /** Medians over the rounds of wrk's per-round percentiles. */
   readonly p50Ms: number;
   readonly p99Ms: number;
@@ -165,6 +167,7 @@ export async function compareHits(servers: readonly Server[], page: Page, load: 
       name: server.name,
       rps: requests / sum(ss.map((s) => s.wrk.durationS)),
       roundRps: ss.map((s) => s.wrk.rps),
+      roundCpuUsPerReq: ss.map((s) => (s.cpuS * 1e6) / s.wrk.requests),
       p50Ms: med(ss.map((s) => s.wrk.latencyMs.p50)),
       p99Ms: med(ss.map((s) => s.wrk.latencyMs.p99)),
       requests,

@@ -27,30 +27,16 @@ import { join } from 'node:path';
 import { Pool } from 'undici';
 import type { Page } from './measure.js';
 import { makeNginxPassConf, startNginx } from './peers.js';
-import { freePort, groupCpuSeconds, groupCpuSecondsPrecise, startProcess, waitForHttp } from './procs.js';
+import { freePort, groupCpuSeconds, groupCpuSecondsPrecise } from './procs.js';
 import { fmt, maxCheck, median, printTable, quantile, ratioCheck, type Check } from './report.js';
 import { uniquePath } from './scenario-miss.js';
-import { ROOT, SERVER_CPU, startTmCache, type Emulator, type Server } from './servers.js';
+import { SERVER_CPU, startBareProxy, startTmCache, type Emulator, type Server } from './servers.js';
 
 async function startNginxProxyPass(dir: string, upstream: string): Promise<Server> {
   const u = new URL(upstream);
   const peer = await startNginx(dir, await freePort(), { host: u.hostname, port: Number(u.port) }, SERVER_CPU, makeNginxPassConf, 'nginx proxy_pass');
   if (typeof peer === 'string') throw new Error(peer);
   return peer;
-}
-
-/** bare-proxy.ts on the server core: node's own floor for a proxied answer. */
-async function startBareProxy(upstream: string): Promise<Server> {
-  const port = await freePort();
-  const proc = startProcess(
-    'bare node proxy',
-    process.execPath,
-    ['--import', 'tsx', join(ROOT, 'test/bench/bare-proxy.ts'), '--port', String(port), '--upstream', upstream],
-    { cpu: SERVER_CPU, cwd: ROOT },
-  );
-  const url = `http://127.0.0.1:${port}`;
-  await waitForHttp(`${url}/__emulator/tokens`, proc);
-  return { name: 'bare node proxy', url, proc };
 }
 
 /** CPU nanoseconds run so far by each thread name (comm) of every live process in the group `pgid` (schedstat). */

@@ -8,6 +8,7 @@
  *   npm run bench -- profile:redis    # Redis-tier hits (a memory tier storing nothing: startRedisHitServer)
  *   npm run bench -- profile:miss     # distinct cold requests, one at a time
  *   npm run bench -- profile:bare     # the bare fastify baseline, for comparison
+ *   npm run bench -- profile:floor    # the node:http floor (tm-cache's answer replayed), for comparison
  *
  * Knobs: --duration (seconds of load, 10), --top (25), --accept-encoding (e.g. gzip, for the
  * load's clients), --profile-out (keep the .cpuprofile there, e.g. to open it in Chrome
@@ -19,7 +20,7 @@ import { Pool } from 'undici';
 import { fetchPage, type Page } from './measure.js';
 import type { Check } from './report.js';
 import { uniquePath } from './scenario-miss.js';
-import { ROOT, startBare, startRedis, startRedisHitServer, startTmCache, type Emulator, type Server } from './servers.js';
+import { rawAnswer, ROOT, startBare, startFloor, startRedis, startRedisHitServer, startTmCache, type Emulator, type Server } from './servers.js';
 import { runWrk } from './wrk.js';
 
 interface ProfileNode {
@@ -36,7 +37,7 @@ interface CpuProfile {
 /** Frames of module loading (node's loaders, tsx): start-up, not the request path. */
 const STARTUP_FRAME = /^node:internal\/modules\/|\/tsx\//;
 
-export const PROFILE_MODES = ['hit', 'redis', 'miss', 'bare'] as const;
+export const PROFILE_MODES = ['hit', 'redis', 'miss', 'bare', 'floor'] as const;
 type ProfileMode = (typeof PROFILE_MODES)[number];
 
 interface ProfileOptions {
@@ -70,17 +71,21 @@ function frameName(n: ProfileNode): string {
 function origin(n: ProfileNode): string {
   const { url, functionName } = n.callFrame;
   if (!url) return functionName.startsWith('(') ? functionName : '(native/builtin)';
-  if (url.includes('/dist/')) return `tm-cache ${url.slice(url.indexOf('/dist/') + 6)}`;
+  // A package first: its files may sit under a dist/ of its own (lru-cache's dist/esm/).
   const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
   if (m) return m[1]!;
+  if (url.includes('/dist/')) return `tm-cache ${url.slice(url.indexOf('/dist/') + 6)}`;
   if (url.startsWith('node:')) return url;
   return url;
 }
 
 type Analysis = Omit<ProfileFigures, 'mode' | 'load' | 'checks'>;
 
-/** `skipUs`: samples of the first µs of the profile (start-up, module loading) are left out. */
-function analyse(profile: CpuProfile, skipUs: number, topN: number): Analysis {
+/**
+ * `skipUs`: samples of the first µs of the profile (start-up, module loading) are left out.
+ * `requests`: how many the load made, for the figures per request (µs of busy time each).
+ */
+function analyse(profile: CpuProfile, skipUs: number, topN: number, requests: number): Analysis {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
@@ -104,7 +109,7 @@ function analyse(profile: CpuProfile, skipUs: number, topN: number): Analysis {
   const total = [...selfUs.values()].reduce((a, b) => a + b, 0);
   const idle = [...selfUs].filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)').reduce((a, [, v]) => a + v, 0);
   const busy = total - idle;
-  const pct = (us: number) => `${((100 * us) / busy).toFixed(1).padStart(5)}%`;
+  const pct = (us: number) => `${((100 * us) / busy).toFixed(1).padStart(5)}%  ${(us / requests).toFixed(2).padStart(6)} µs/req`;
 
   const selfByName = new Map<string, number>();
   const inclByName = new Map<string, number>();
@@ -125,10 +130,10 @@ function analyse(profile: CpuProfile, skipUs: number, topN: number): Analysis {
   }
   const top = (m: Map<string, number>, n: number) => [...m].sort((a, b) => b[1] - a[1]).slice(0, n);
   console.log(
-    `\nbusy ${(busy / 1e6).toFixed(2)} s of ${(total / 1e6).toFixed(2)} s sampled (percentages are of busy time; ${(startup / 1e6).toFixed(2)} s loading modules at start-up left out)`,
+    `\n${requests} requests; busy ${(busy / requests).toFixed(1)} µs per request (under the profiler); busy ${(busy / 1e6).toFixed(2)} s of ${(total / 1e6).toFixed(2)} s sampled (percentages are of busy time; ${(startup / 1e6).toFixed(2)} s loading modules at start-up left out)`,
   );
   const gc = byOrigin.get('(garbage collector)') ?? 0;
-  console.log(`GC share: ${pct(gc).trim()} of busy time (the "(garbage collector)" frame: V8's collector on the main thread)`);
+  console.log(`GC share: ${pct(gc).trim()} (of busy time; (the "(garbage collector)" frame: V8's collector on the main thread)`);
   console.log('\n-- by origin (self time)');
   for (const [name, us] of top(byOrigin, 15)) console.log(`${pct(us)}  ${name}`);
   console.log('\n-- top frames, self time');
@@ -148,7 +153,7 @@ function analyse(profile: CpuProfile, skipUs: number, topN: number): Analysis {
   };
 }
 
-async function missLoad(emulator: Emulator, server: Server, page: Page, seconds: number): Promise<string> {
+async function missLoad(emulator: Emulator, server: Server, page: Page, seconds: number): Promise<[string, number]> {
   const pool = new Pool(server.url, { connections: 1 });
   const deadline = performance.now() + seconds * 1_000;
   let n = 0;
@@ -163,7 +168,7 @@ async function missLoad(emulator: Emulator, server: Server, page: Page, seconds:
   }
   const load = `${n} distinct misses in ${seconds} s (upstream: ${(await emulator.stats()).total} requests)`;
   console.log(load);
-  return load;
+  return [load, n];
 }
 
 /** Profiles `mode` against `emulator` (medium, seed 42); the profile and its files go under `dir`. */
@@ -176,9 +181,17 @@ export async function runProfile(mode: ProfileMode, emulator: Emulator, dir: str
   const ref = await fetchPage(emulator.url + path, member.token);
   const page: Page = { path, token: member.token, body: ref.body, contentType: String(ref.headers['content-type']) };
   let server: Server;
-  const spawnedAt = performance.now();
+  let spawnedAt = performance.now();
   if (mode === 'bare') {
     server = await startBare(profiles, page.body, page.contentType, nodeArgs);
+  } else if (mode === 'floor') {
+    // tm-cache's own answers, replayed by the node:http floor (floor-server.ts) under the profiler.
+    const tm = await startTmCache(emulator.url);
+    const auth = { authorization: `Bearer ${page.token}` };
+    const answers = { identity: await rawAnswer(tm.url + path, auth), gzip: await rawAnswer(tm.url + path, { ...auth, 'accept-encoding': 'gzip' }) };
+    await tm.proc.stop();
+    spawnedAt = performance.now();
+    server = await startFloor(profiles, answers, nodeArgs);
   } else if (mode === 'redis') {
     const redis = await startRedis();
     server = await startRedisHitServer(emulator.url, redis.url, 'tmcp:', false, { nodeArgs });
@@ -190,8 +203,9 @@ export async function runProfile(mode: ProfileMode, emulator: Emulator, dir: str
   // The profile starts with the process: what came before the load (start-up) is left out.
   const skipUs = (performance.now() - spawnedAt) * 1_000;
   let load: string;
+  let requests: number;
   if (mode === 'miss') {
-    load = await missLoad(emulator, server, page, options.durationS);
+    [load, requests] = await missLoad(emulator, server, page, options.durationS);
   } else {
     const extra: Record<string, string> = options.acceptEncoding ? { 'accept-encoding': options.acceptEncoding } : {};
     const wrk = await runWrk({
@@ -201,6 +215,7 @@ export async function runProfile(mode: ProfileMode, emulator: Emulator, dir: str
       headers: { authorization: `Bearer ${page.token}`, ...extra },
     });
     load = `${mode}: ${wrk.rps.toFixed(0)} req/s under the profiler (sampling slows it down)`;
+    requests = wrk.requests;
     console.log(load);
   }
   await server.proc.stop(10_000); // SIGTERM: a clean exit writes the profile
@@ -209,6 +224,6 @@ export async function runProfile(mode: ProfileMode, emulator: Emulator, dir: str
   if (!file) throw new Error(`no .cpuprofile written in ${profiles}`);
   if (options.out) copyFileSync(join(profiles, file), options.out);
   console.log(`(the first ${(skipUs / 1e6).toFixed(1)} s of the profile, start-up until the load began, are left out)`);
-  const analysis = analyse(JSON.parse(readFileSync(join(profiles, file), 'utf8')) as CpuProfile, skipUs, options.top);
+  const analysis = analyse(JSON.parse(readFileSync(join(profiles, file), 'utf8')) as CpuProfile, skipUs, options.top, requests);
   return { mode, load, ...analysis, checks: [{ name: `profile:${mode}: GC share of busy time`, value: analysis.gcShare, target: 'info', pass: undefined }] };
 }

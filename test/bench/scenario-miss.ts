@@ -1,7 +1,8 @@
 /**
- * Scenario 2: what a miss costs over asking the emulator directly, and over the leanest proxy,
+ * Scenario 2: what a miss costs over asking the emulator directly, over the leanest proxy,
  * nginx `proxy_pass` (no cache, keepalive upstream, one worker, pinned on the server core like
- * tm-cache). The same ~300 distinct questions (the page with a unique `created_before`, so each
+ * tm-cache), and over Node's own floor for a proxy (bare-proxy.ts: node:http and an undici Pool,
+ * the body buffered, no cache, pinned likewise). The same ~300 distinct questions (the page with a unique `created_before`, so each
  * is a guaranteed miss) go one at a time to each, in rotating order so drift cancels.
  *
  * Scenario 3: coalescing. 1,000 concurrent identical cold requests on 1,000 connections; the
@@ -43,6 +44,10 @@ export interface MissScenario {
   readonly medianPairedOverheadMs: number;
   /** tm-cache ÷ nginx proxy_pass: median latency and CPU per miss. */
   readonly vsNginx?: { readonly median: number; readonly p90: number; readonly cpu: number };
+  /** The bare node proxy (bare-proxy.ts): its latency and CPU per miss, and tm-cache ÷ it. */
+  readonly bare?: Latency;
+  readonly bareCpuUsPerMiss?: number;
+  readonly vsBare?: { readonly median: number; readonly p90: number; readonly cpu: number };
   readonly pairs: number;
   readonly proxiedMisses: number;
   readonly checks: Check[];
@@ -55,8 +60,16 @@ const summary = (xs: number[]): Latency => ({ median: median(xs), p90: quantile(
  * `nginx` is given) through nginx `proxy_pass`: each question goes to all of them in a rotating
  * order, one at a time, so drift and the emulator's own caching fall on all alike.
  */
-export async function runMissScenario(emulator: Emulator, proxy: Server, page: Page, pairs: number, nginx?: Server): Promise<MissScenario> {
-  const targets = [emulator, proxy, ...(nginx ? [nginx] : [])];
+export async function runMissScenario(
+  emulator: Emulator,
+  proxy: Server,
+  page: Page,
+  pairs: number,
+  nginx: Server | undefined,
+  bare: Server | undefined,
+): Promise<MissScenario> {
+  const targets = [emulator, proxy, ...(nginx ? [nginx] : []), ...(bare ? [bare] : [])];
+  const bareAt = targets.length - 1;
   const pools = targets.map((t) => new Pool(t.url, { connections: 1 }));
   try {
     const one = async (turn: number): Promise<Timed[]> => {
@@ -73,7 +86,11 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
     const times: number[][] = targets.map(() => []);
     const diffs: number[] = [];
     let misses = 0;
-    const cpu = () => [groupCpuSecondsPrecise(proxy.proc.pid), nginx ? groupCpuSecondsPrecise(nginx.proc.pid) : NaN];
+    const cpu = () => [
+      groupCpuSecondsPrecise(proxy.proc.pid),
+      nginx ? groupCpuSecondsPrecise(nginx.proc.pid) : NaN,
+      bare ? groupCpuSecondsPrecise(bare.proc.pid) : NaN,
+    ];
     const cpuBefore = cpu();
     for (let q = 0; q < pairs; q++) {
       const got = await one(q);
@@ -92,6 +109,12 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
     const viaNginx = nginx ? summary(times[2]!) : undefined;
     const nginxCpuUsPerMiss = nginx ? perMissUs(1) : undefined;
     const proxyCpuUsPerMiss = perMissUs(0);
+    const viaBare = bare ? summary(times[bareAt]!) : undefined;
+    const bareCpuUsPerMiss = bare ? perMissUs(2) : undefined;
+    const vsBare =
+      viaBare && bareCpuUsPerMiss
+        ? { median: proxied.median / viaBare.median, p90: proxied.p90 / viaBare.p90, cpu: proxyCpuUsPerMiss / bareCpuUsPerMiss }
+        : undefined;
     const vsNginx =
       viaNginx && nginxCpuUsPerMiss
         ? { median: proxied.median / viaNginx.median, p90: proxied.p90 / viaNginx.p90, cpu: proxyCpuUsPerMiss / nginxCpuUsPerMiss }
@@ -105,6 +128,8 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
       medianOverheadMs: proxied.median - direct.median,
       medianPairedOverheadMs: median(diffs),
       ...(vsNginx ? { vsNginx } : {}),
+      ...(viaBare ? { bare: viaBare, bareCpuUsPerMiss } : {}),
+      ...(vsBare ? { vsBare } : {}),
       pairs,
       proxiedMisses: misses,
     };
@@ -122,6 +147,7 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
       [
         row('emulator directly', direct),
         ...(viaNginx ? [row('via nginx proxy_pass', viaNginx, nginxCpuUsPerMiss)] : []),
+        ...(viaBare ? [row('via the bare node proxy', viaBare, bareCpuUsPerMiss)] : []),
         row('via tm-cache (miss)', proxied, proxyCpuUsPerMiss),
       ],
       [
@@ -129,6 +155,12 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
         vsNginx
           ? `tm-cache ÷ nginx proxy_pass: median latency ${fmt(vsNginx.median)}× (target ≤ 1.15), p90 ${fmt(vsNginx.p90)}×, CPU per miss ${fmt(vsNginx.cpu)}× (target ≤ 2).`
           : 'nginx not found: no proxy_pass baseline (install: apt-get install nginx-light).',
+        ...(vsBare
+          ? [
+              `tm-cache ÷ the bare node proxy (bare-proxy.ts: node:http + an undici Pool, body buffered, no cache): median latency ${fmt(vsBare.median)}× (target ≤ 1.25),`,
+              `  p90 ${fmt(vsBare.p90)}×, CPU per miss ${fmt(vsBare.cpu)}× (target ≤ 1.25): what a miss costs above Node's own floor for a proxy.`,
+            ]
+          : []),
         "CPU per miss: every thread of the server's process group (schedstat, ns), over the measured questions only.",
         "Where tm-cache's miss CPU goes: npm run bench -- profile:miss (top self-time frames, GC share).",
       ],
@@ -139,6 +171,8 @@ export async function runMissScenario(emulator: Emulator, proxy: Server, page: P
         { name: 'miss: median overhead vs emulator', value: result.medianOverheadMs, unit: 'ms', target: '< 1 ms', pass: result.medianOverheadMs < 1 },
         maxCheck('miss: tm-cache ÷ nginx proxy_pass, median latency', vsNginx?.median, 1.15),
         maxCheck('miss: tm-cache ÷ nginx proxy_pass, CPU per miss', vsNginx?.cpu, 2),
+        maxCheck('miss: tm-cache ÷ bare node proxy, median latency', vsBare?.median, 1.25),
+        maxCheck('miss: tm-cache ÷ bare node proxy, CPU per miss', vsBare?.cpu, 1.25),
         { name: 'miss: tm-cache CPU per miss', value: proxyCpuUsPerMiss, unit: 'µs', target: 'info', pass: undefined },
         { name: 'miss: nginx proxy_pass CPU per miss', value: nginxCpuUsPerMiss, unit: 'µs', target: 'info', pass: undefined },
       ],

@@ -5,6 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -196,10 +197,65 @@ async function startBenchScript(name: string, script: string, args: string[], pr
   return { name, url, proc };
 }
 
+/** bare-proxy.ts on the server core: node's own floor for a proxied answer (a miss). */
+export function startBareProxy(upstream: string): Promise<Server> {
+  return startBenchScript('bare node proxy', 'bare-proxy.ts', ['--upstream', upstream], '/__emulator/tokens');
+}
+
 export async function startBare(dir: string, body: Buffer, contentType: string, nodeArgs: readonly string[] = []): Promise<Server> {
   const file = join(dir, 'page.body');
   writeFileSync(file, body);
   return startBenchScript('bare fastify', 'bare-server.ts', ['--body', file, '--content-type', contentType], '/', nodeArgs);
+}
+
+/** What a server answered to one request, as it sent it: status, raw header list, body bytes (not decoded). */
+export interface RawAnswer {
+  readonly status: number;
+  readonly headers: string[];
+  readonly body: Buffer;
+}
+
+/** Headers node's http server writes itself: left out of an answer the floor server replays. */
+const NODE_OWN_HEADERS = new Set(['date', 'connection', 'keep-alive', 'transfer-encoding']);
+
+/** One GET of `url` with `headers`, the answer as it came (raw header list, body bytes not decoded). */
+export function rawAnswer(url: string, headers: Record<string, string>): Promise<RawAnswer> {
+  return new Promise((resolve, reject) => {
+    httpGet(url, { headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', reject);
+      res.on('end', () => {
+        const raw = res.rawHeaders;
+        const kept: string[] = [];
+        for (let i = 0; i < raw.length; i += 2) if (!NODE_OWN_HEADERS.has(raw[i]!.toLowerCase())) kept.push(raw[i]!, raw[i + 1]!);
+        resolve({ status: res.statusCode!, headers: kept, body: Buffer.concat(chunks) });
+      });
+    }).on('error', reject);
+  });
+}
+
+/**
+ * The node:http floor (floor-server.ts): tm-cache's own answers to the page, for identity and gzip
+ * clients, replayed from fixed Buffers by a bare `node:http` server.
+ */
+export async function startFloor(
+  dir: string,
+  answers: Record<'identity' | 'gzip', RawAnswer>,
+  nodeArgs: readonly string[] = [],
+  /** Busy work per request (floor-server.ts --spin-us): what a few µs of JavaScript cost, all told. */
+  spinUs = 0,
+): Promise<Server> {
+  const spec: Record<string, { status: number; headers: string[]; body: string }> = {};
+  for (const [kind, a] of Object.entries(answers)) {
+    const body = join(dir, `floor-${kind}.body`);
+    writeFileSync(body, a.body);
+    spec[kind] = { status: a.status, headers: a.headers, body };
+  }
+  const file = join(dir, 'floor-answers.json');
+  writeFileSync(file, JSON.stringify(spec));
+  const spin = spinUs > 0 ? ['--spin-us', String(spinUs)] : [];
+  return startBenchScript(spinUs > 0 ? `node:http floor + ${spinUs} µs` : 'node:http floor', 'floor-server.ts', ['--answers', file, ...spin], '/', nodeArgs);
 }
 
 /**

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import { AccessLog } from '../../src/ops/access-log.js';
+import { AccessLog, AccessRow } from '../../src/ops/access-log.js';
 import { LogSink } from '../../src/ops/log-sink.js';
 import { until } from '../helpers/wait.js';
 
@@ -176,25 +176,23 @@ describe('access lines kept aside (AccessLog over a LogSink)', () => {
   }
   const request = (log: AccessLog, i: number, extra: { userAgent?: string; upstreamMs?: number } = {}): void =>
     log.request(
-      `req-${i}`,
-      'GET',
-      'listRuns',
-      `/api/v1/projects/1/runs?per_page=${i}&token=secret`,
-      200,
-      1.23456,
-      'hit',
-      'memory',
-      'user',
-      undefined,
-      undefined,
-      extra.upstreamMs,
-      7,
-      512,
-      false,
-      undefined,
-      '127.0.0.1',
-      extra.userAgent,
-      1_700_000_000_000 + i,
+      Object.assign(new AccessRow(), {
+        reqId: `req-${i}`,
+        method: 'GET',
+        op: 'listRuns',
+        target: `/api/v1/projects/1/runs?per_page=${i}&token=secret`,
+        status: 200,
+        ms: 1.23456,
+        outcome: 'hit',
+        tier: 'memory',
+        scope: 'user',
+        upstreamMs: extra.upstreamMs,
+        user: 7,
+        bytes: 512,
+        client: '127.0.0.1',
+        userAgent: extra.userAgent,
+        time: 1_700_000_000_000 + i,
+      }),
     );
 
   it('formats them as written at once would, in order, within maxDelayMs, never with the query', async () => {
@@ -292,27 +290,7 @@ describe('access lines kept aside (AccessLog over a LogSink)', () => {
       };
       last = f;
       for (const log of [sinkLines.log, direct]) {
-        log.request(
-          f.reqId,
-          f.method,
-          f.op,
-          f.target,
-          f.status,
-          f.ms,
-          f.outcome,
-          f.tier,
-          f.scope,
-          f.detail,
-          f.upstreamStatus,
-          f.upstreamMs,
-          f.user,
-          f.bytes,
-          f.aborted,
-          f.refused,
-          f.client,
-          f.userAgent,
-          f.time,
-        );
+        log.request(Object.assign(new AccessRow(), f));
       }
       const round = (ms: number): number => Math.round(ms * 100) / 100;
       // What JSON.stringify of the fields gives, parsed: absent fields left out.
