@@ -172,7 +172,7 @@ export async function runAbMiss(emulator: Emulator, page: Page, dir: string, opt
       j === 0 ? '' : `${r.uriMisses}/${count}`,
     ]),
     [
-      'targets (issue 10): median ≤ 1.15× nginx, CPU per miss ≤ 2× nginx. CPU: schedstat of every thread of the process group.',
+      'targets: median ≤ 1.15× nginx, CPU per miss ≤ 2× nginx. CPU: schedstat of every thread of the process group.',
       'taken on a shared 2-core machine: compare the rows with each other, not with another run.',
       ...threadRows(threads0, threads1, rows, count),
     ],

@@ -3,7 +3,7 @@
  * in one run, against one private redis-server: each build serves the page from a memory tier
  * that keeps nothing (`cache.memory.maxEntryBytes: 1`, as the bench's redis-hit server), so every
  * request is a Redis GET + check + decode; and this checkout's memory-tier hit as the reference
- * the bench's target is a ratio of (Redis-tier hit ≥ 0.5× a memory hit, issue 10).
+ * the bench's target is a ratio of (Redis-tier hit ≥ 0.5× a memory hit).
  *
  *   npm run bench -- ab:redis --base /work/wt-perf-base
  *
@@ -87,6 +87,6 @@ function print(title: string, figures: HitFigures[]): void {
       fmt(f.capacityRps / memory.capacityRps),
       f.errors,
     ]),
-    ['target (issue 10): a Redis-tier hit ≥ 0.5× a memory hit. Taken on a shared 2-core machine: compare rows of one run.'],
+    ['target: a Redis-tier hit ≥ 0.5× a memory hit. Taken on a shared 2-core machine: compare rows of one run.'],
   );
 }

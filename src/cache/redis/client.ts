@@ -59,6 +59,9 @@ function connectionOptions(options: RedisConnectionOptions, role: ConnectionRole
     connectTimeout: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
     ...(forCommands ? { commandTimeout: options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS } : {}),
     enableOfflineQueue: !forCommands,
+    // Commands issued in one turn of the event loop (concurrent Redis-tier hits, a fill's writes)
+    // go out in one write and their replies are read in one: fewer syscalls per command.
+    enableAutoPipelining: forCommands,
     maxRetriesPerRequest: forCommands ? 0 : null,
     retryStrategy: reconnectDelayMs,
     autoResubscribe: false,
