@@ -6,7 +6,8 @@
  *   in the last part of freshness);
  * - a key no longer read is not refreshed again;
  * - a purge, or an eviction from memory, cancels the refresh a read scheduled;
- * - without a budget token at hand when it is due, no refresh is sent.
+ * - without a budget token at hand when it is due, it waits for one, last, within
+ *   upstream.budget.maxWaitMs, and is skipped when none comes.
  * The bounds are counts; the clock only decides when the client reads.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -140,20 +141,41 @@ describe('refresh-ahead of an entry evicted from memory', () => {
   });
 });
 
-describe('refresh-ahead without a budget token', () => {
+describe('refresh-ahead without a budget token at hand', () => {
   const TTL_MS = 2_000;
-  // One token every 2 s, two at start (the caller's identity look-up and the fill): none at hand when the refresh is due.
-  const env = proxyOverEmulator({ ...freshFor(TTL_MS), upstream: { budget: { requestsPerSecond: 0.5, burst: 2 } } });
+  // None at hand when the refresh is due: at 0.5 req/s and a burst of 2, the identity look-up and
+  // the fill take both, and the next comes about 2 s after; at 0.2 req/s and a burst of 3, a
+  // second fill takes the third, and the next comes about 5 s after.
+  const budget = (requestsPerSecond: number, burst: number, maxWaitMs: number): DeepPartial<Config> => ({
+    ...freshFor(TTL_MS),
+    upstream: { budget: { requestsPerSecond, burst, maxWaitMs } },
+  });
 
-  it('sends no refresh when no token is at hand: it is skipped, not queued', async () => {
+  /** Fills the page, reads it once past startAt of its freshness (counted from its answer), and counts what reaches the instance until 1.6 TTL after. */
+  async function refreshesAfterOneLateRead(env: { emulator: TestEmulator; proxy: TestProxy }, n: number, fills = 1): Promise<number> {
     const member = env.emulator.tokens.member(0);
-    const path = page(member.project_ids[0]!, 301);
-    const filledAt = await fill(env.proxy, path, member.token);
+    const path = page(member.project_ids[0]!, n);
+    for (let k = 1; k < fills; k++) await fill(env.proxy, page(member.project_ids[0]!, n + 100 * k), member.token);
+    await fill(env.proxy, path, member.token);
+    const answeredAt = Date.now(); // the entry was stored before this: its freshness is at least this far along
     await env.emulator.resetStats();
-    await sleep(filledAt + 0.8 * TTL_MS - Date.now());
+    await sleep(answeredAt + 0.8 * TTL_MS - Date.now());
     expectHit(await env.proxy.get(path, member.token));
-    // Past the entry's expiry, and past the next token: a refresh queued for it would have been sent.
-    await sleep(filledAt + 1.6 * TTL_MS - Date.now());
-    expect(await upstreamTotal(env.emulator)).toBe(0);
+    await sleep(answeredAt + 1.6 * TTL_MS - Date.now());
+    return upstreamTotal(env.emulator);
+  }
+
+  describe('waiting within upstream.budget.maxWaitMs', () => {
+    const env = proxyOverEmulator(budget(0.5, 2, 10_000));
+    it('waits for the next token, behind every request a client waits for, and is sent', async () => {
+      expect(await refreshesAfterOneLateRead(env, 301)).toBe(1);
+    });
+  });
+
+  describe('with no token within upstream.budget.maxWaitMs', () => {
+    const env = proxyOverEmulator(budget(0.2, 3, 300));
+    it('is skipped: nothing is sent, and a later read may try again', async () => {
+      expect(await refreshesAfterOneLateRead(env, 302, 2)).toBe(0);
+    });
   });
 });
