@@ -34,6 +34,7 @@ import type { ReloadResult } from './config/reload.js';
 import type { Server as TlsServer } from 'node:tls';
 import { usesTls } from './config/tls-files.js';
 import type { ReadinessCheck } from './ops/readiness.js';
+import { startTracing, stopTracing } from './trace/tracing.js';
 
 export interface RunningProxy {
   readonly url: string;
@@ -65,6 +66,8 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   const startedAt = now();
   let current = config;
   const metrics = createMetrics({ version: VERSION, redis: usesRedis(config) });
+  // Off unless the OTEL_* environment names where spans go: then the SDK is loaded, before any request.
+  await startTracing(process.env, logger, VERSION);
   // Before anything connects: a shared Redis is refused without a secret it does not hold.
   const hmacSecret = resolveHmacSecret(config);
   // Before anything listens: a certificate that cannot be served stops tm-cache (exit 2).
@@ -223,6 +226,8 @@ export async function startProxy(config: Config, options: StartOptions): Promise
       await cache.close();
       budget.close();
       await redis?.close();
+      // Last: the spans of the requests drained above are exported before the process ends.
+      await stopTracing();
     },
   };
 }
