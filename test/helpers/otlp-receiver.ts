@@ -33,8 +33,10 @@ export interface OtlpReceiver {
   readonly spans: ReceivedSpan[];
   /** Export requests received (any path, any body). */
   readonly posts: number;
-  /** Every body received, as text (for "no credential anywhere" checks). */
+  /** Every body received, as text (for "no credential anywhere" checks); none kept with `keep: false`. */
   readonly bodies: string[];
+  /** Spans received, kept or not. */
+  readonly received: number;
   close(): Promise<void>;
 }
 
@@ -95,10 +97,13 @@ function spansOf(request: ExportTraceServiceRequest): ReceivedSpan[] {
   return out;
 }
 
-export async function startOtlpReceiver(): Promise<OtlpReceiver> {
+/** `keep: false` (the bench: millions of spans): spans are counted, not kept. */
+export async function startOtlpReceiver(options: { keep?: boolean } = {}): Promise<OtlpReceiver> {
+  const keep = options.keep ?? true;
   const spans: ReceivedSpan[] = [];
   const bodies: string[] = [];
   let posts = 0;
+  let received = 0;
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -106,11 +111,13 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
       posts++;
       let body = Buffer.concat(chunks);
       if (req.headers['content-encoding'] === 'gzip') body = gunzipSync(body);
-      bodies.push(body.toString('utf8'));
+      if (keep) bodies.push(body.toString('utf8'));
       if (req.method !== 'POST' || req.url !== '/v1/traces') return void res.writeHead(404).end();
       if (!String(req.headers['content-type']).startsWith('application/json')) return void res.writeHead(415).end();
       try {
-        spans.push(...spansOf(JSON.parse(body.toString('utf8')) as ExportTraceServiceRequest));
+        const got = spansOf(JSON.parse(body.toString('utf8')) as ExportTraceServiceRequest);
+        received += got.length;
+        if (keep) spans.push(...got);
       } catch {
         return void res.writeHead(400).end();
       }
@@ -123,6 +130,9 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     spans,
     get posts() {
       return posts;
+    },
+    get received() {
+      return received;
     },
     bodies,
     close: async () => {
