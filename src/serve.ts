@@ -60,6 +60,7 @@ export interface StartOptions {
   readonly now?: () => number;
 }
 
+// eslint-disable-next-line max-lines-per-function -- the composition root: every part built in the order it depends on, read top to bottom in one place
 export async function startProxy(config: Config, options: StartOptions): Promise<RunningProxy> {
   const { logger } = options;
   const now = options.now ?? Date.now;
@@ -252,6 +253,7 @@ function steppedClock(now: () => number): () => number {
   };
 }
 
+// eslint-disable-next-line max-params -- the composition root's wiring: each argument is one of the parts built above it
 function makeFleetBudget(
   config: Config,
   redis: RedisRoles | undefined,
