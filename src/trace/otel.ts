@@ -30,6 +30,9 @@ const HEADERS: TextMapGetter<IncomingMessage['headers']> = {
   get: (headers, key) => headers[key],
 };
 
+/** The longest the drain waits for the last spans to be exported. */
+const LAST_EXPORT_MS = 5_000;
+
 const KINDS: Readonly<Record<ChildKind, SpanKind>> = { internal: SpanKind.INTERNAL, client: SpanKind.CLIENT };
 
 export function startOtel(env: NodeJS.ProcessEnv, logger: Logger, version: string): Tracing {
@@ -37,10 +40,13 @@ export function startOtel(env: NodeJS.ProcessEnv, logger: Logger, version: strin
   const provider = new BasicTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())] });
   const contexts = new AsyncLocalStorageContextManager().enable();
   const tracing = new OtelTracing(provider.getTracer('tm-cache', version), contexts, async () => {
-    // A collector that is down costs the spans still batched, never the drain (no rejection).
-    await provider
-      .shutdown()
-      .catch((err: unknown) => logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'tracing: the last spans were not exported'));
+    // A collector that is down costs the spans still batched, never the drain: no rejection, and
+    // no longer than LAST_EXPORT_MS however long the exporter would retry.
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${LAST_EXPORT_MS} ms`)), LAST_EXPORT_MS)));
+    await Promise.race([provider.shutdown(), late])
+      .catch((err: unknown) => logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'tracing: the last spans were not exported'))
+      .finally(() => clearTimeout(timer));
     contexts.disable();
   });
   logger.info({ endpoint: endpointOrigin(env), service: resource.attributes['service.name'] }, 'tracing on: spans exported over OTLP/HTTP');

@@ -156,6 +156,8 @@ describe('tracing on (OTEL_EXPORTER_OTLP_ENDPOINT)', () => {
     const answer = await get(serve.url, path, m.token, client.header);
     expect(answer.status).toBe(200);
     expect(answer.cacheStatus).toMatch(/^tm-cache; fwd=uri-miss;/);
+    // The entry's write to Redis may end after the answer (and its span) went out.
+    await until(() => receiver.spans.some((s) => s.traceId === client.traceId && s.attributes['db.operation.name'] === 'set'));
     const spans = await traceOf(client.traceId);
 
     const server = one(spans, (s) => s.kind === SERVER, 'one server span');
@@ -258,6 +260,29 @@ describe('tracing and the drain', () => {
     } finally {
       await own.close();
     }
+  });
+
+  it('a collector that is down costs the spans, never a request nor the drain', async () => {
+    const gone = await startOtlpReceiver();
+    await gone.close();
+    // Batches of 100 go as they fill (and fail); what is left waits for the drain, which fails too.
+    const s = await startTraced({
+      OTEL_EXPORTER_OTLP_ENDPOINT: gone.url,
+      OTEL_EXPORTER_OTLP_TIMEOUT: '1000',
+      OTEL_BSP_SCHEDULE_DELAY: '600000',
+      OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '100',
+    });
+    const m = emulator.tokens.member(1);
+    const path = freshPath(m.project_ids[0]!);
+    expect((await get(s.url, path, m.token)).status).toBe(200);
+    const hits = await Promise.all(Array.from({ length: 150 }, () => get(s.url, path, m.token)));
+    expect(hits.every((h) => h.status === 200 && h.cacheStatus.startsWith('tm-cache; hit;'))).toBe(true);
+    await sleep(200);
+    expect((await get(s.url, path, m.token)).status).toBe(200);
+    const exited = new Promise<number | null>((resolve) => s.child.once('exit', (code) => resolve(code)));
+    s.child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(s.output()).toContain('tracing: the last spans were not exported');
   });
 
   it('OTEL_SDK_DISABLED=true: nothing is sent, and the upstream gets no traceparent', async () => {
