@@ -67,6 +67,8 @@ function serveEnv(extra: Record<string, string>): Record<string, string> {
     TM_CACHE_PORT: '0',
     TM_CACHE_MANAGEMENT_PORT: '0',
     TM_CACHE_REDIS: redis.url,
+    // Generous: on a loaded machine a slow command must not spend the request's Redis allowance (and skip the entry's write).
+    TM_CACHE_REDIS_COMMAND_TIMEOUT_MS: '2000',
     TM_CACHE_HMAC_SECRET: 'ab'.repeat(32),
     TM_CACHE_LOG_ACCESS: 'off',
     ...extra,
