@@ -1,22 +1,12 @@
 import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
- * Two tiers. `unit`: pure functions and mechanisms against fakes below them (no socket, no
- * process, no redis-server), seconds in all: `npm run test:unit`. `integration`: everything that
- * talks to real servers (emulator, proxy, redis-server, Chromium) on loopback. `npm test` runs both.
+ * Two tiers, chosen by file name. `unit` (`*.unit.test.ts`): pure functions and mechanisms against
+ * fakes below them (no socket, no process, no redis-server), seconds in all: `npm run test:unit`.
+ * `integration` (every other `*.test.ts`): everything that talks to real servers (emulator, proxy,
+ * redis-server, Chromium) on loopback. `npm test` runs both.
  */
-const UNIT = [
-  'test/api/*.test.ts',
-  'test/cache/{breaker,codec,coalesce,fill,memory-tier,policy,shared-fill}.test.ts',
-  'test/config/*.test.ts',
-  'test/emulator/dataset.test.ts',
-  'test/helm/chart.test.ts',
-  'test/ops/management.test.ts',
-  'test/proxy/{access-confirmation,headers,judge,read-through-units,refresh-ahead-units}.test.ts',
-  'test/bench/{docs,mix,options}.test.ts',
-  'test/upstream/{answer,fair-lane,budget-store,fleet-budget}.test.ts',
-  'test/cache/claims.test.ts',
-];
+const UNIT = ['test/**/*.unit.test.ts'];
 
 export default defineConfig({
   test: {

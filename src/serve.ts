@@ -34,6 +34,7 @@ import type { ReloadResult } from './config/reload.js';
 import type { Server as TlsServer } from 'node:tls';
 import { usesTls } from './config/tls-files.js';
 import type { ReadinessCheck } from './ops/readiness.js';
+import { startTracing, stopTracing } from './trace/tracing.js';
 
 export interface RunningProxy {
   readonly url: string;
@@ -59,12 +60,15 @@ export interface StartOptions {
   readonly now?: () => number;
 }
 
+// eslint-disable-next-line max-lines-per-function -- the composition root: every part built in the order it depends on, read top to bottom in one place
 export async function startProxy(config: Config, options: StartOptions): Promise<RunningProxy> {
   const { logger } = options;
   const now = options.now ?? Date.now;
   const startedAt = now();
   let current = config;
   const metrics = createMetrics({ version: VERSION, redis: usesRedis(config) });
+  // Off unless the OTEL_* environment names where spans go: then the SDK is loaded, before any request.
+  await startTracing(process.env, logger, VERSION);
   // Before anything connects: a shared Redis is refused without a secret it does not hold.
   const hmacSecret = resolveHmacSecret(config);
   // Before anything listens: a certificate that cannot be served stops tm-cache (exit 2).
@@ -223,6 +227,8 @@ export async function startProxy(config: Config, options: StartOptions): Promise
       await cache.close();
       budget.close();
       await redis?.close();
+      // Last: the spans of the requests drained above are exported before the process ends.
+      await stopTracing();
     },
   };
 }
@@ -247,6 +253,7 @@ function steppedClock(now: () => number): () => number {
   };
 }
 
+// eslint-disable-next-line max-params -- the composition root's wiring: each argument is one of the parts built above it
 function makeFleetBudget(
   config: Config,
   redis: RedisRoles | undefined,

@@ -7,7 +7,7 @@
  * from them: adding an endpoint is adding one operation row (and, for a new kind of resource, one
  * resource row, which the compiler then demands).
  *
- * Invariants (checked by test/api/catalogue.test.ts, and at load for the id parameters):
+ * Invariants (checked by test/api/catalogue.unit.test.ts, and at load for the id parameters):
  * - every path id of an operation is the `idParam` of exactly one resource;
  * - an operation's path ends with its resource's collection segments (then its id for a single);
  * - a resource that is `settledWith` another is listed under it, and that one has a settled flag.

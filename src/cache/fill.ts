@@ -11,6 +11,7 @@ import type { SharedTierBudget } from './budget.js';
 import type { CoalescedRun } from './coalesce.js';
 import { bodyLengthOf, type CacheEntry } from './entry.js';
 import { SharedFill, type ShareWrite, type SharedFillJob, type SharedLock } from './shared-fill.js';
+import { tracing, type Span, type Tracing } from '../trace/tracing.js';
 
 /** Cross-replica fill lock (the Redis tier): the lock role over entries. */
 export type FillLock = SharedLock<CacheEntry>;
@@ -75,6 +76,8 @@ export interface FillerOptions {
 
 export class Filler<R> {
   readonly #fill: SharedFill<CacheEntry, FillResult<R>>;
+  /** Tracing on: the span of each fill this replica leads, by fill key, for the requests that join it to link. */
+  readonly #leading = new Map<string, Span>();
 
   constructor(private readonly o: FillerOptions) {
     this.#fill = new SharedFill({ lock: o.lock, lockTtlMs: o.lockTtlMs, lockWaitMs: o.lockWaitMs, followMs: o.followMs });
@@ -82,7 +85,44 @@ export class Filler<R> {
 
   /** Runs the job, or joins the one already running for its `fillKey`. */
   run(job: FillJob<R>): CoalescedRun<FillResult<R>> {
+    if (tracing !== undefined) return this.#traced(tracing, job);
     return this.#fill.run(this.#shared(job));
+  }
+
+  /**
+   * Tracing on: a fill this request leads is a span (its upstream request and Redis round trips
+   * below it); a request that joins one in flight is linked from that span (a span link per
+   * request that waited on it: their traces meet at the fill).
+   */
+  #traced(t: Tracing, job: FillJob<R>): CoalescedRun<FillResult<R>> {
+    const leading = this.#leading.get(job.fillKey);
+    if (leading !== undefined && this.#fill.isRunning(job.fillKey)) {
+      t.linkActive(leading);
+      return this.#fill.run(this.#shared(job));
+    }
+    const span = t.child('cache fill', 'internal', { 'tm_cache.fill.shareable': job.shareable });
+    if (span === undefined) return this.#fill.run(this.#shared(job));
+    const run = t.withSpan(span, () => this.#fill.run(this.#shared(job)));
+    if (!run.leader) {
+      // Joined a fill that began before tracing did: nothing of its own to trace.
+      t.end(span);
+      return run;
+    }
+    this.#leading.set(job.fillKey, span);
+    // Only our own: a later fill of the key may have registered its span by now.
+    const release = (): void => void (this.#leading.get(job.fillKey) === span && this.#leading.delete(job.fillKey));
+    run.promise.then(
+      (result) => {
+        release();
+        span.setAttributes(result.kind === 'entry' ? { 'tm_cache.fill.stored': result.stored, 'tm_cache.fill.collapsed': result.collapsed === true } : {});
+        t.end(span);
+      },
+      (error: unknown) => {
+        release();
+        t.end(span, error);
+      },
+    );
+    return run;
   }
 
   /** Is a fill for `fillKey` running on this replica? (A stale hit then needs no refresh of its own.) */

@@ -221,6 +221,7 @@ export function mergeLayers(defaults: unknown, layers: readonly Layer[]): { merg
 }
 
 /** Sections merge key by key; anything else, known or not, replaces what was there (validation judges it). */
+// eslint-disable-next-line max-params -- a recursion's state: the tree walked, where it is, and what it records; an object would be rebuilt at every level
 function mergeInto(target: Tree, values: Tree, schema: SchemaNode, path: string, layer: Layer, origin: Map<string, string>): void {
   for (const [key, value] of Object.entries(values)) {
     const childSchema = Object.hasOwn(schema.properties!, key) ? schema.properties![key]! : undefined;

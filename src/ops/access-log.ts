@@ -266,6 +266,7 @@ export class AccessLog implements LineProducer {
    * that had them and copied whole (one memmove), not written again character by character: most
    * of a busy proxy's lines share them with the line before.
    */
+  // eslint-disable-next-line max-lines-per-function -- one line's bytes written in one pass, field by field, with the runs copied whole: split, each part would re-read the batch's columns
   #write(buf: Buffer, at: number, i: number): number {
     const strings = this.#batch.strings;
     const numbers = this.#batch.numbers;

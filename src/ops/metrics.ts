@@ -55,6 +55,7 @@ class LabelledFamily {
   readonly #root = new Map<string, unknown>();
   readonly #slots: Slot[] = [];
 
+  // eslint-disable-next-line max-params -- prom-client's own shape of a family (name, help, type, labels, buckets, registry), one call per metric in the table below
   constructor(
     readonly name: string,
     readonly help: string,
@@ -252,6 +253,7 @@ export interface MetricsOptions {
   readonly redis: boolean;
 }
 
+// eslint-disable-next-line max-lines-per-function -- a declaration table: one family per metric, each with its help text
 export function createMetrics(options: MetricsOptions): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });

@@ -17,6 +17,7 @@ import type { Config } from '../config/schema.js';
 import { AccessLog, AccessRow } from './access-log.js';
 import type { Metrics } from './metrics.js';
 import type { RequestStats } from './stats.js';
+import type { RequestTrace } from '../trace/tracing.js';
 
 /** A forwarded request as the access log names it: the API passed through, or a cacheable one bypassed (unknown parameter). */
 export type ForwardKind = 'passthrough' | 'bypass';
@@ -43,6 +44,8 @@ interface Recorded {
   /** The clock reading the answer is dated with. */
   readonly t: number;
   readonly operation: string;
+  /** Its server span, when tracing is on (trace/tracing.ts): ended here. */
+  readonly trace: RequestTrace | undefined;
 }
 
 /** A request the pipeline answered. */
@@ -101,6 +104,7 @@ export class Recorder {
       this.stats.budgetDeferred(deferred, t);
     }
     this.stats.request(kind, outcome.tier, operation, userId, t);
+    if (r.trace !== undefined) this.#traceAnswered(r, r.trace, outcome);
     if (!this.#logs(kind === 'error' || res.statusCode >= 500)) return;
     // The recorder's own row, filled field by field (no object per line): with `tm-cache serve`'s
     // sink its values are kept in columns and the line is formatted later, in a batch (access-log.ts).
@@ -142,6 +146,7 @@ export class Recorder {
       this.metrics.upstream(operation, upstream.failed ? undefined : upstream.status, upstream.ms / 1_000);
       this.stats.upstream(t, operation, r.userId);
     }
+    r.trace?.forwarded(operation, outcome, status);
     if (!this.#logs(status >= 500)) return;
     const length = res.getHeader('content-length');
     const row = this.#row;
@@ -165,6 +170,11 @@ export class Recorder {
     row.userAgent = req.headers['user-agent'];
     row.time = t;
     this.#log.request(row);
+  }
+
+  /** The request's span ends with what its log line says: outcome, tier, detail, scope. */
+  #traceAnswered(r: RequestRecord, trace: RequestTrace, outcome: CacheOutcome): void {
+    trace.answered({ operation: r.operation, status: r.res.statusCode, outcome, scope: scopeOfGate(r.answeredGate), userId: r.userId });
   }
 
   #logs(error: boolean): boolean {

@@ -195,6 +195,7 @@ interface PipelineParts {
  * The parts of the pipeline, wired: identity, access rules, the read-through and the route memo;
  * `passthrough` (fastify's handler) behind the forwarding rules, then the budget.
  */
+// eslint-disable-next-line max-lines-per-function -- the pipeline's wiring: identity, access rules, read-through and memos, each built once from the config
 function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, now: () => number, passthrough: Handler): PipelineParts {
   const gate = new RetryAfterGate(config.upstream.defaultRetryAfterMs, config.upstream.maxRetryAfterMs);
   // A replica's fill (or look-up) may wait up to upstream.budget.maxWaitMs for a token, its lock

@@ -14,6 +14,7 @@
  * | upstreamMs                    | the fill this request leads (read-through.ts)                |
  * | sent, savedBy304              | the writer (writer.ts)                                       |
  * | upstream                      | the passthrough, for a forwarded request (app.ts)            |
+ * | trace                         | `Pipeline.handle`, only when tracing is on (trace/tracing.ts) |
  *
  * It is the Decision and the request's budget for waiting on Redis too: a memory hit allocates
  * this one object, as it allocated the Decision before. Every field is set in the constructor,
@@ -28,6 +29,7 @@ import type { Decision, EntryGate, RequestState } from './decide.js';
 import type { Caller } from './callers/caller.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import type { CacheableRoute } from './route-memo.js';
+import type { RequestTrace } from '../trace/tracing.js';
 
 export class Exchange implements Decision, RequestState, RequestRecord, ForwardedRecord {
   /**
@@ -68,6 +70,8 @@ export class Exchange implements Decision, RequestState, RequestRecord, Forwarde
   sent = 0;
   savedBy304 = 0;
   upstream: UpstreamTiming | undefined = undefined;
+  /** The request's server span, when tracing is on; the record ends it. */
+  trace: RequestTrace | undefined = undefined;
 
   constructor(
     readonly req: IncomingMessage,

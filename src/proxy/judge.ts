@@ -26,7 +26,7 @@
  * drops them on every replica (access-grants.ts).
  *
  * Pure: it reads the callers' rate limits and project confirmations and changes nothing, so a
- * table of cases tests it (test/proxy/judge.test.ts). The common verdicts are constants: a hit
+ * table of cases tests it (test/proxy/judge.unit.test.ts). The common verdicts are constants: a hit
  * allocates nothing here.
  */
 import { isFresh, isUsableOnError, isUsableWhileRevalidating, type CacheEntry } from '../cache/entry.js';

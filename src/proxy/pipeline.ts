@@ -44,6 +44,7 @@ import { resolveRoute, type RouteInfo, type RouteMemo } from './route-memo.js';
 import { localAnswer, type Served } from './respond/served.js';
 import { writeServed } from './respond/writer.js';
 import type { Caller } from './callers/caller.js';
+import { traced, tracing, type Tracing } from '../trace/tracing.js';
 
 export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -107,6 +108,19 @@ export class Pipeline {
   /** One request: its exchange (exchange.ts) is made here, and every stage fills its own field of it. */
   handle(req: IncomingMessage, res: ServerResponse): void {
     const x = new Exchange(req, res, performance.now(), requestIdOf(req));
+    // Tracing off (the default): this one read is all a request pays for it (trace/tracing.ts).
+    if (tracing !== undefined) return this.#traced(tracing, x);
+    this.#routeSafely(x);
+  }
+
+  /** The request's server span, active while its stages run; the record ends it. */
+  #traced(t: Tracing, x: Exchange): void {
+    const trace = t.request(x.req);
+    x.trace = trace;
+    t.within(trace, () => this.#routeSafely(x));
+  }
+
+  #routeSafely(x: Exchange): void {
     try {
       this.#route(x);
     } catch (err) {
@@ -184,7 +198,11 @@ export class Pipeline {
     x.operation = route.kind === 'cacheable' ? route.req.op.id : 'invalid';
     try {
       // The exchange is this request's allowance for waiting on Redis (budget.ts), from the identity lookup to the fill lock.
-      const result = await identity.resolve(authorization, x, x.req.socket.remoteAddress);
+      const result = await traced('identity', 'internal', {}, async (span) => {
+        const resolved = await identity.resolve(authorization, x, x.req.socket.remoteAddress);
+        span?.setAttributes({ 'tm_cache.identity': resolved.kind, 'tm_cache.identity_via': resolved.kind === 'caller' ? resolved.via : 'upstream' });
+        return resolved;
+      });
       x.t = this.#o.now();
       if (result.kind === 'caller') {
         // `GET /user` itself, asked plainly (no parameter, no Origin): the look-up's 200 is its answer.

@@ -516,6 +516,7 @@ export class ReadThrough {
     return d.key.endsWith(ANY_ORIGIN_SEGMENT) && !keying.sharesOrigins(d.canonical.op.id);
   }
 
+  // eslint-disable-next-line max-params -- the refusal's verdict inputs, each already a named value of the read-through's one `if` chain; kept positional while that chain is being reworked
   #afterRefusal(d: Decision, res: UpstreamResponse, found: Found | undefined, now: number, kind: OutcomeKind, standing: Standing): Served {
     const status = res.status;
     const stale = standing === 'confirmed' && found !== undefined && isUsableOnError(found.entry, now) ? found : undefined;

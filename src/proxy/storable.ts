@@ -45,6 +45,7 @@ function entryTags(req: CanonicalRequest, tags: readonly string[], scope: Scope 
  * exactly that user's entries of the project (access-confirmation.ts). `budget`: the filling
  * request's (budget.ts), under which what the answer taught the policy is shared.
  */
+// eslint-disable-next-line max-params -- a fill's request, answer, policy, clock, scope and budget: all six are the fill's own, read once each
 export function makeEntry(
   req: CanonicalRequest,
   res: UpstreamResponse,

@@ -1,7 +1,7 @@
 /**
  * The fleet budget's bucket: its shape, its arithmetic, and the store that keeps it in memory.
  * The shared store (src/cache/redis/budget-store.ts) runs the same arithmetic as a Lua script
- * over one Redis key; one contract suite checks both agree (test/upstream/budget-store.test.ts
+ * over one Redis key; one contract suite checks both agree (test/upstream/budget-store.unit.test.ts
  * and test/cache/redis-budget-store.test.ts).
  *
  * The bucket (a token bucket, refilled at the rate) hands out tokens by leases of a few at a time.

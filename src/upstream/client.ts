@@ -29,6 +29,7 @@ import type { Config } from '../config/schema.js';
 import { FairLane, type LaneCaller, type LaneLimits } from './fair-lane.js';
 import { BudgetSpentError, type BudgetPriority, type FleetBudget } from './fleet-budget.js';
 import { UpstreamError } from './upstream-error.js';
+import { tracing, type Span } from '../trace/tracing.js';
 
 export { UpstreamError, type UpstreamErrorCode } from './upstream-error.js';
 export type { LaneCaller, LaneLimits } from './fair-lane.js';
@@ -64,6 +65,7 @@ export interface UpstreamLane extends Upstream {
 export class UpstreamClient implements UpstreamLane {
   private readonly pool: Pool;
   private readonly basePath: string;
+  private readonly origin: URL;
   private readonly lane: FairLane;
   private readonly lanes: FairLane[] = [];
 
@@ -73,6 +75,7 @@ export class UpstreamClient implements UpstreamLane {
     private readonly budget?: FleetBudget,
   ) {
     const url = new URL(options.url);
+    this.origin = url;
     this.basePath = url.pathname.replace(/\/$/, '');
     this.pool = new Pool(url.origin, {
       connections: options.connections,
@@ -138,11 +141,25 @@ export class UpstreamClient implements UpstreamLane {
     const budget = this.budget;
     if (budget === undefined) return this.inLane(lane, path, headers, caller);
     const waiting = budget.acquire(priority, caller);
+    if (tracing !== undefined) return this.tracedToken(waiting, priority).then(() => this.inLane(lane, path, headers, caller));
     if (waiting === undefined) return this.inLane(lane, path, headers, caller);
     return waiting.then(
       () => this.inLane(lane, path, headers, caller),
       (err: unknown) => Promise.reject(toUpstreamError(err)),
     );
+  }
+
+  /** Tracing on: the wait for a budget token as a span (`waited` false: one was at hand). */
+  private async tracedToken(waiting: Promise<void> | undefined, priority: BudgetPriority): Promise<void> {
+    const span = tracing?.child('upstream budget token', 'internal', { 'tm_cache.budget.priority': priority, 'tm_cache.budget.waited': waiting !== undefined });
+    try {
+      await waiting;
+    } catch (err) {
+      const failure = toUpstreamError(err);
+      if (span !== undefined) tracing?.end(span, failure);
+      throw failure;
+    }
+    if (span !== undefined) tracing?.end(span);
   }
 
   /** With a free slot (the common case) the request is dispatched at once: no promise waits for the lane. */
@@ -157,18 +174,53 @@ export class UpstreamClient implements UpstreamLane {
 
   /** One request on a slot of `lane` already taken for `caller`; the slot is released when the answer settles, once. */
   private dispatch(lane: FairLane, path: string, headers: Readonly<Record<string, string>>, caller: LaneCaller): Promise<UpstreamResponse> {
+    const span = tracing?.child('GET', 'client', this.spanAttributes(path));
     return new Promise<UpstreamResponse>((resolve, reject) => {
       const collector = new BodyCollector(
-        (res) => (lane.release(caller), this.learnFrom(res), resolve(res)),
-        (err) => (lane.release(caller), reject(toUpstreamError(err))),
+        (res) => (lane.release(caller), this.learnFrom(res), span && endUpstreamSpan(span, res.status), resolve(res)),
+        (err) => (lane.release(caller), reject(span ? failUpstreamSpan(span, toUpstreamError(err)) : toUpstreamError(err))),
         this.options.maxBodyBytes,
       );
       try {
-        this.pool.dispatch({ path: this.basePath + path, method: 'GET', headers }, collector);
+        // Traced: the instance is told the request's place in the trace (W3C Trace Context).
+        const sent = span === undefined ? headers : { ...headers, traceparent: tracing?.traceparent(span) ?? '' };
+        this.pool.dispatch({ path: this.basePath + path, method: 'GET', headers: sent }, collector);
       } catch (err) {
         collector.fail(err);
       }
     });
+  }
+
+  /** The upstream request's span attributes: never its query (it may name what a trace must not keep). */
+  private spanAttributes(path: string): Record<string, string | number> {
+    const q = path.indexOf('?');
+    return {
+      'http.request.method': 'GET',
+      'url.path': this.basePath + (q < 0 ? path : path.slice(0, q)),
+      'server.address': this.origin.hostname,
+      'server.port': Number(this.origin.port) || (this.origin.protocol === 'https:' ? 443 : 80),
+    };
+  }
+}
+
+/** Ends an upstream request's span with the status answered (a 4xx or 5xx marks it failed, as the HTTP conventions ask of a client span). */
+function endUpstreamSpan(span: Span, status: number): void {
+  span.setAttribute('http.response.status_code', status);
+  tracing?.end(span, status >= 400 ? new UpstreamStatus(status) : undefined);
+}
+
+/** A failed upstream request's span ends with its error; the error is handed back to be thrown. */
+function failUpstreamSpan(span: Span, failure: UpstreamError): UpstreamError {
+  tracing?.end(span, failure);
+  return failure;
+}
+
+/** How a 4xx or 5xx answer reads on its span: `error.type` the status. */
+class UpstreamStatus extends Error {
+  readonly code: string;
+  constructor(status: number) {
+    super(`HTTP ${status}`);
+    this.code = String(status);
   }
 }
 

@@ -110,7 +110,7 @@ export async function runHitScenario(dir: string, emulator: Emulator, page: Page
       return f ? { ...f, upstreamForTwo: fills.get(name) } : { name, skipped: skipped.get(name) ?? 'not measured' };
     });
     const requests = sum(figures.map((f) => f.requests)) + sum(gzipFigures.map((f) => f.requests));
-    return report(rows, gzipFigures, page, load, upstreamDuringRun, requests, elapsedS);
+    return report(rows, gzipFigures, page, load, { upstreamDuringRun, requestsDuringRun: requests, elapsedS });
   } finally {
     await Promise.all(servers.map((s) => s.proc.stop()));
   }
@@ -135,10 +135,9 @@ function report(
   gzip: HitFigures[],
   page: Page,
   load: LoadOptions,
-  upstreamDuringRun: number,
-  requestsDuringRun: number,
-  elapsedS: number,
+  run: { upstreamDuringRun: number; requestsDuringRun: number; elapsedS: number },
 ): HitScenario {
+  const { upstreamDuringRun, requestsDuringRun, elapsedS } = run;
   const measured = (name: string): HitFigures | undefined => {
     const r = rows.find((x) => x.name === name);
     return r?.cpuUsPerReq === undefined ? undefined : (r as HitFigures);

@@ -5,6 +5,7 @@
  * are A/B comparisons with another build (`ab:*`), profiles (`profile:*`) and single measurements.
  */
 import { runAbAccessLog } from './access-log-ab.js';
+import { runTraceScenario } from './scenario-trace.js';
 import { runAbHit } from './ab.js';
 import { runCodec } from './codec.js';
 import { DECODE_SOURCE, runAbDecode } from './decode-ab.js';
@@ -298,6 +299,18 @@ const EXTRA: Scenario[] = [
       const base = requireBase(o.string('base'));
       const [em, page] = await withEmulator(ctx);
       return runAbHit(em, page, { base, durationS: o.number('duration', 20, 4), rounds: o.number('rounds', 4, 2), misses: o.number('misses', 300, 60) });
+    },
+  },
+  {
+    name: 'trace',
+    budget: FIXED_BUDGET,
+    about: 'what tracing costs a memory hit: CPU per hit with OpenTelemetry on (every request; 1 % kept), exporting to a local OTLP receiver, against off',
+    suite: false,
+    needs: ['wrk'],
+    build: true,
+    run: async (ctx) => {
+      const [em, page] = await withEmulator(ctx);
+      return runTraceScenario(em, page, suiteLoad(ctx.options));
     },
   },
   {

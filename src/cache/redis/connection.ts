@@ -31,6 +31,7 @@ import { FailureLog, silentLogger, type FailureCounts, type TierLogger } from '.
 import { describeRedisKey } from '../key.js';
 import { assertKeyring, type Keyring } from './keyring.js';
 import { createRedisClient, type RedisClient, type RedisConnectionOptions } from './client.js';
+import { tracing } from '../../trace/tracing.js';
 
 export interface RedisConnectionSettings extends RedisConnectionOptions {
   /** Prepended to every key and to the invalidation channel; default `tmc:`. */
@@ -313,13 +314,17 @@ export class RedisConnection {
     if (!this.healthy()) return this.recordUnavailable(kind);
     if (!this.#breaker.allows()) return undefined;
     const started = performance.now();
+    // Traced (a request's round trip, tracing on): a span per call, named by its role's word.
+    const span = tracing?.child(`redis ${kind}`, 'client', { 'db.system.name': 'redis', 'db.operation.name': kind });
     try {
       const result = await operation(this.#client);
       this.#onCommand?.(kind, (performance.now() - started) / 1_000);
+      if (span !== undefined) tracing?.end(span);
       this.#breaker.succeeded();
       return result;
     } catch (error) {
       this.#onCommand?.(kind, (performance.now() - started) / 1_000);
+      if (span !== undefined) tracing?.end(span, error);
       this.failures.record(kind, error);
       if (error instanceof ReplyError) {
         this.#breaker.succeeded();

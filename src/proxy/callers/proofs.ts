@@ -202,6 +202,7 @@ export class ProofKeeper implements CallerProofs {
     if (who !== r) this.o.refreshers?.release(who);
   }
 
+  // eslint-disable-next-line max-params -- what one access confirmation learned, as the read-through hands it over (the interface above names each); folding it into the exchange belongs to the callers' own rework
   answered(r: ProvenRequest, who: Credential, askedAt: number, entry: CacheEntry | undefined, kept: boolean, now: number): void {
     const caller = who.caller;
     this.o.renewIdentity?.(who.authorization, caller, askedAt, r.request);

@@ -1,7 +1,7 @@
 /**
  * The read-through's verdicts (judge.ts), as a table: what a decided request holding an entry of
  * a given age, from a caller of a given standing, is answered with. The actions on each verdict
- * are tested in read-through-units.test.ts and end to end.
+ * are tested in read-through.unit.test.ts and end to end.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
