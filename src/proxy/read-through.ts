@@ -38,6 +38,7 @@ import type { Credential } from './callers/refreshers.js';
 import { decideOwn, decidePlaced, ownerOf, placedAfterFill, type Decision } from './decide.js';
 import { judge, type Facts, type FillVerdict, type Found, type Occasion } from './judge.js';
 import { RefreshAhead } from './refresh-ahead.js';
+import type { Deriver } from './derive/deriver.js';
 import type { RetryAfterGate } from './callers/retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './respond/served.js';
 import { isStorable, makeEntry } from './storable.js';
@@ -95,6 +96,8 @@ export interface ReadThroughOptions {
    */
   readonly refreshAheadStartAt?: number | undefined;
   readonly mayRefreshAhead?: (() => boolean) | undefined;
+  /** Derived answers (derive/deriver.ts): tried where a question's lookup would be filled from the instance, never on a hit. */
+  readonly deriver?: Deriver | undefined;
 }
 
 export class ReadThrough {
@@ -163,9 +166,13 @@ export class ReadThrough {
         return this.#ownOrFill(d, found, now);
       case 'fill':
       case 'fill-from-instance':
-      case 'fill-unconfirmed':
+      case 'fill-unconfirmed': {
+        // Nothing fresh held: a derived answer (derive/deriver.ts) spares the instance, when one is certain.
+        const derived = verdict.kind === 'fill' && occasion === 'lookup' ? this.o.deriver?.answer(d, now, this.#facts) : undefined;
+        if (derived !== undefined) return derived;
         if (d.unplaced !== undefined && this.o.proofs.findPlace !== undefined) return this.#placeThenFill(d, found, now, verdict.kind);
         return this.#fillAndServe(d, found, now, verdict.kind);
+      }
     }
   }
 

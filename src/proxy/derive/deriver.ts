@@ -1,0 +1,145 @@
+/**
+ * Derived answers: a question nothing fresh is held for, answered from a fresh cached answer to a
+ * broader one, when the result is certain (docs/how-it-works.md, "Derived answers"):
+ *
+ * - `item`: one run, milestone, session, automation source, project, role or group, from a list
+ *   page that holds it, with the expands asked for or more (narrowed to what the item references);
+ * - `page`: a page of a list from a cached page of the same list (the same filters, sort and
+ *   order) of another size that covers its whole range, with the envelope the instance computes;
+ *   and any page of a list whose total a cached page says is 0, or that lies past the last page.
+ *
+ * The source is looked up in the scope the question is decided in (decide.ts): the caller's own,
+ * the verified admins', or the project's, and judged (judge.ts) as if it were held for the
+ * question itself: it is served only when that verdict is `fresh`, so whatever refuses the
+ * source to this caller (an unconfirmed access, a member without a grant for every area the
+ * derived answer reveals, a client's no-cache, staleness) refuses the derived answer. It runs only
+ * where the question would otherwise be filled from the instance; a hit never comes here.
+ *
+ * A derived answer is as old as its source (its Age, freshness and tags are the source's), it is
+ * not stored (it goes with its source), and it is marked: `Cache-Status: tm-cache; hit; ...;
+ * detail=derived`, the access log's `detail`, and `tm_cache_derived_total`.
+ */
+import { LRUCache } from 'lru-cache';
+import { OPERATIONS, RESOURCES, type Operation, type OperationId, type ResourceName } from '../../api/catalogue.js';
+import type { DerivationIndex, IndexedPage } from '../../cache/derive/index.js';
+import type { CacheEntry } from '../../cache/entry.js';
+import type { CacheOutcome } from '../../cache/outcome.js';
+import type { Decision } from '../decide.js';
+import { judge, type Facts } from '../judge.js';
+import type { Served } from '../respond/served.js';
+import { etagOf } from '../storable.js';
+import { coversExpands, itemBody, pageBody } from './answers.js';
+
+/** What a derived answer was made by: one resource from a list page, or a page from another page. */
+export type DerivationRule = 'item' | 'page';
+
+export interface DeriverOptions {
+  readonly index: DerivationIndex;
+  /** What memory holds for a key, not counted as a use. */
+  readonly peek: (key: string) => CacheEntry | undefined;
+  /** A derived answer was served (the metric). */
+  readonly onDerived?: ((operation: OperationId, rule: DerivationRule) => void) | undefined;
+}
+
+/** `Cache-Status: tm-cache; hit; ttl=…; detail=derived`. */
+const DERIVED: CacheOutcome = Object.freeze({ kind: 'hit', tier: 'memory', detail: 'derived' });
+
+/** Derived entries kept for the next reader of the same question from the same source (its ETag and gzip variant made once). */
+const DERIVED_KEPT = 1_024;
+
+/**
+ * The single operations answered from their resource's list: every single operation whose item is
+ * the list's item. Not `getUser`: the spec leaves open whether its answer is wrapped in `result`
+ * like the others, so its shape is not certain to be the list item's.
+ */
+const ITEM_OF_LIST: ReadonlyMap<OperationId, ResourceName> = new Map(
+  OPERATIONS.filter((op) => op.envelope === 'single' && op.id !== 'getUser' && hasList(op)).map((op) => [op.id, op.resource]),
+);
+
+function hasList(op: Operation): boolean {
+  return OPERATIONS.some((list) => list.envelope === 'list' && list.resource === op.resource);
+}
+
+export class Deriver {
+  readonly #derived = new LRUCache<string, { readonly source: CacheEntry; readonly entry: CacheEntry }>({ max: DERIVED_KEPT });
+
+  constructor(private readonly o: DeriverOptions) {}
+
+  /**
+   * The derived answer to `d`, or undefined when none is certain from a fresh source this caller
+   * may be served (then the question is filled as before). `facts`: what the judge reads.
+   */
+  answer(d: Decision, now: number, facts: Facts): Served | undefined {
+    // A question keyed on a browser's Origin (its key longer than scope and suffix) is never derived: its answer may name that origin.
+    if (!d.mayRead || d.noCache || d.key.length !== d.scope.length + d.route.suffix.length) return undefined;
+    const op = d.canonical.op;
+    if (op.envelope === 'list') this.o.index.asking(d.route.suffix, d.canonical);
+    const resource = ITEM_OF_LIST.get(op.id);
+    if (resource !== undefined) return this.#item(d, resource, now, facts);
+    if (op.envelope === 'list') return this.#page(d, now, facts);
+    return undefined;
+  }
+
+  #item(d: Decision, resource: ResourceName, now: number, facts: Facts): Served | undefined {
+    const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
+    for (const source of this.#fresh(d, this.o.index.pagesHolding(d.scope, resource, id), now, facts)) {
+      if (!coversExpands(source.req.expands, d.canonical.expands)) continue;
+      const page = this.o.index.parsed(source.entry);
+      const item = page?.result.find((x) => x['id'] === id);
+      const body = item === undefined ? undefined : itemBody(resource, page!, item, d.canonical.expands);
+      if (body !== undefined) return this.#serve(d, source.entry, body, 'item');
+    }
+    return undefined;
+  }
+
+  #page(d: Decision, now: number, facts: Facts): Served | undefined {
+    const want = d.canonical;
+    for (const source of this.#fresh(d, this.o.index.pagesOf(d.scope, want), now, facts)) {
+      if (source.key === d.key) continue;
+      const page = this.o.index.parsed(source.entry);
+      // A list whose total is 0 answers any expands (each empty); otherwise the source must hold them.
+      if (page === undefined || (page.total > 0 && !coversExpands(source.req.expands, want.expands))) continue;
+      const body = pageBody(want.op.resource, page, source.req, want);
+      if (body !== undefined) return this.#serve(d, source.entry, body, 'page');
+    }
+    return undefined;
+  }
+
+  /**
+   * The candidate pages memory still holds that this caller would be served fresh if they were
+   * held for the question itself (judge.ts, on the question's decision), newest first.
+   */
+  #fresh(d: Decision, pages: readonly IndexedPage[], now: number, facts: Facts): IndexedPage[] {
+    const usable = pages.filter(
+      (page) => this.o.peek(page.key) === page.entry && judge(d, { entry: page.entry, tier: 'memory' }, now, facts, 'lookup').kind === 'fresh',
+    );
+    return usable.sort((a, b) => b.entry.storedAt - a.entry.storedAt);
+  }
+
+  #serve(d: Decision, source: CacheEntry, body: string, rule: DerivationRule): Served {
+    const kept = this.#derived.get(d.key);
+    let entry = kept?.source === source ? kept.entry : undefined;
+    if (entry === undefined) {
+      entry = derivedEntry(source, Buffer.from(body));
+      this.#derived.set(d.key, { source, entry });
+    }
+    this.o.onDerived?.(d.canonical.op.id, rule);
+    return { kind: 'entry', entry, outcome: DERIVED };
+  }
+}
+
+/** The derived answer as an entry: the source's headers, times and tags, its own body and ETag (made as storable.ts makes one). */
+function derivedEntry(source: CacheEntry, body: Buffer): CacheEntry {
+  const etag = etagOf(body);
+  return {
+    status: 200,
+    headers: { ...source.headers, etag },
+    body,
+    etag,
+    storedAt: source.storedAt,
+    freshUntil: source.freshUntil,
+    staleWhileRevalidateUntil: source.staleWhileRevalidateUntil,
+    staleIfErrorUntil: source.staleIfErrorUntil,
+    tags: source.tags,
+  };
+}
