@@ -3,7 +3,7 @@
  * requests it made of the instance (its `/__emulator/stats`), the instance's own answer to the
  * same caller, and a member ready to read a project's shared answers in either sharing mode.
  */
-import type { TestEmulator } from './emulator.js';
+import type { StatsSnapshot, TestEmulator } from './emulator.js';
 import { httpGet, type TestProxy, type TestResponse } from './proxy.js';
 
 export const SHARING = process.env['TM_CACHE_SHARING'] === 'project' ? 'project' : 'user';
@@ -12,15 +12,23 @@ export interface Asked {
   readonly res: TestResponse;
   /** Requests that reached the instance while tm-cache answered. */
   readonly upstream: number;
+  /** Of them, requests of the operation asked (its route, `GET /api/v1/runs/{run_id}`), identity look-ups apart. */
+  readonly asked: number;
   readonly derived: boolean;
 }
 
 /** Asks `path` of tm-cache as `token`, counting what reached the instance meanwhile. */
 export async function ask(em: TestEmulator, p: TestProxy, path: string, token: string, headers: Record<string, string> = {}): Promise<Asked> {
-  const before = (await em.stats()).total;
+  const before = await em.stats();
   const res = await p.get(path, token, headers);
-  const upstream = (await em.stats()).total - before;
-  return { res, upstream, derived: /; detail=derived$|; detail=derived;/.test(String(res.headers['cache-status'] ?? '')) };
+  const after = await em.stats();
+  const routes = (stats: StatsSnapshot) => Object.entries(stats.by_route).reduce((n, [route, count]) => (route === 'GET /api/v1/user' ? n : n + count), 0);
+  return {
+    res,
+    upstream: after.total - before.total,
+    asked: routes(after) - routes(before),
+    derived: /; detail=derived$|; detail=derived;/.test(String(res.headers['cache-status'] ?? '')),
+  };
 }
 
 /** The instance's own answer to `token` for `path`, asked directly. */
