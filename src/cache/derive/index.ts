@@ -5,15 +5,16 @@
  *
  * It watches the memory tier (`MemoryObserver`): every list entry stored is indexed, every entry
  * that leaves (evicted, expired, deleted, invalidated, replaced) is unindexed, in step with the
- * LRU. What it indexes is what this replica's memory holds: an entry another replica stored in
- * Redis is indexed once this replica reads it (a Redis hit is backfilled into memory).
+ * LRU. A list stored is indexed just after the tick that stored it (`setImmediate`), so that the
+ * parse of its body (one JSON parse per list entry stored, never on a memory hit) does not delay
+ * the answer that brought it; the parsed page is kept in a small memo, since the questions it
+ * answers tend to follow it. What it indexes is what this replica's memory holds: an entry another
+ * replica stored in Redis is indexed once this replica reads it (a Redis hit is kept in memory).
  *
  * A key whose query is too long to keep inline is hashed (key.ts): its question is the one seen on
  * its way to the instance (`asking`), and one this replica never asked (another replica's, read
  * from Redis) is not indexed. Not indexed either: a key naming a browser's Origin, and a body
- * that is not the list envelope. Storing a list costs one
- * JSON parse of its body, on the fill (never on a hit); the parsed page is kept in a small memo,
- * since the questions it answers tend to follow it.
+ * that is not the list envelope.
  */
 import { LRUCache } from 'lru-cache';
 import { OPERATIONS, RESOURCES, type Operation, type ResourceName } from '../../api/catalogue.js';
@@ -60,6 +61,9 @@ export class DerivationIndex implements MemoryObserver {
   /** `<scope>|<operation>|<path ids>|<query without paging and expands>` → keys of that list's pages. */
   readonly #byList = new Map<string, Set<string>>();
   readonly #parsed = new LRUCache<CacheEntry, ParsedPage>({ max: PARSED_PAGES_KEPT });
+  /** List entries stored in this tick, indexed in the next (dropped meanwhile: never indexed). */
+  readonly #pending = new Map<string, CacheEntry>();
+  #scheduled = false;
   /** The questions of list keys whose query is hashed (too long to keep inline, key.ts), by key suffix: as seen on their way to a fill. */
   readonly #hashed = new LRUCache<string, CanonicalRequest>({ max: HASHED_QUESTIONS_KEPT });
 
@@ -78,6 +82,30 @@ export class DerivationIndex implements MemoryObserver {
       if (known.entry.etag === entry.etag) return void this.#byKey.set(key, { ...known, entry });
       this.#unindex(known);
     }
+    if (!LIST_OPERATIONS.has(key.split('|', 3)[2] ?? '')) return;
+    // Indexed after this tick: a fill's answer (or a Redis hit) is written first, the parse comes after.
+    this.#pending.set(key, entry);
+    if (!this.#scheduled) {
+      this.#scheduled = true;
+      setImmediate(() => this.#indexPending());
+    }
+  }
+
+  dropped(key: string, entry: CacheEntry, reason: LRUCache.DisposeReason): void {
+    // A replacement (`set` on a held key) is told to `stored` next, which compares the two.
+    if (reason === 'set') return;
+    if (this.#pending.get(key) === entry) this.#pending.delete(key);
+    const known = this.#byKey.get(key);
+    if (known !== undefined && known.entry === entry) this.#unindex(known);
+  }
+
+  #indexPending(): void {
+    this.#scheduled = false;
+    for (const [key, entry] of this.#pending) this.#index(key, entry);
+    this.#pending.clear();
+  }
+
+  #index(key: string, entry: CacheEntry): void {
     const question = questionOf(key, (suffix) => this.#hashed.get(suffix));
     if (question === undefined) return;
     const page = this.parsed(entry);
@@ -89,13 +117,6 @@ export class DerivationIndex implements MemoryObserver {
     this.#byKey.set(key, indexed);
     for (const k of itemKeys) add(this.#byItem, k, key);
     add(this.#byList, indexed.listKey, key);
-  }
-
-  dropped(key: string, entry: CacheEntry, reason: LRUCache.DisposeReason): void {
-    // A replacement (`set` on a held key) is told to `stored` next, which compares the two.
-    if (reason === 'set') return;
-    const known = this.#byKey.get(key);
-    if (known !== undefined && known.entry === entry) this.#unindex(known);
   }
 
   /** The pages of `scope` that hold the resource `resource:id`. */
