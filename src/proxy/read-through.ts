@@ -169,7 +169,7 @@ export class ReadThrough {
       case 'fill-unconfirmed': {
         // Nothing fresh held: a derived answer (derive/deriver.ts) spares the instance, when one is certain.
         const derived = verdict.kind === 'fill' && occasion === 'lookup' ? this.o.deriver?.answer(d, now, this.#facts) : undefined;
-        if (derived !== undefined) return derived;
+        if (derived !== undefined) return derived.kind === 'confirm-access' ? this.#confirmThenDerive(d, found, derived.projectId) : derived;
         if (d.unplaced !== undefined && this.o.proofs.findPlace !== undefined) return this.#placeThenFill(d, found, now, verdict.kind);
         return this.#fillAndServe(d, found, now, verdict.kind);
       }
@@ -334,6 +334,17 @@ export class ReadThrough {
       if (status === 401 || status === 403 || (status === 404 && d.gate === 'member')) return this.#filler.runAlone(job);
     }
     return result;
+  }
+
+  /**
+   * A derived answer whose source's project access by this caller is due for confirmation, as a
+   * hit's would be: confirmed (coalesced, shared), then derived; anything else is filled, and the
+   * instance's answer to the question itself applies the access rules.
+   */
+  async #confirmThenDerive(d: Decision, found: Found | undefined, projectId: number): Promise<Served> {
+    const confirmed = (await this.o.proofs.confirm(d, projectId)).kind === 'confirmed';
+    const derived = confirmed ? this.o.deriver!.answer(d, this.o.now(), this.#facts, 'access-confirmed') : undefined;
+    return derived !== undefined && derived.kind !== 'confirm-access' ? derived : this.#fillAndServe(d, found, this.o.now(), 'fill');
   }
 
   /** A due confirmation of the caller's access to the entry's project: asked (coalesced, shared), then the entry is served, or dropped and the request filled. */

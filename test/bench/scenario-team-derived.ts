@@ -38,13 +38,13 @@ async function overlapOf(emulator: Emulator, f: ProjectFacts): Promise<Overlap> 
 }
 
 /** The 12 overlapping panels; the project's first (its rename is watched). */
-export function overlappingPanels(f: ProjectFacts, o: Overlap): string[] {
+function overlappingPanels(f: ProjectFacts, o: Overlap): string[] {
   const p = `/api/v1/projects/${f.projectId}`;
   const run = o.runIds[0]!;
   return [
     p,
-    `${p}/runs?is_closed=0&per_page=25&expands=users`,
-    ...o.runIds.map((id) => `/api/v1/runs/${id}?expands=users`),
+    `${p}/runs?is_closed=0&per_page=25&expands=statuses`,
+    ...o.runIds.map((id) => `/api/v1/runs/${id}?expands=statuses`),
     `/api/v1/runs/${run}/results?per_page=25`,
     `/api/v1/runs/${run}/results?per_page=15`,
     `${p}/milestones?per_page=25&expands=milestone_stats`,
@@ -88,7 +88,7 @@ export async function runTeamDerivedScenario(dir: string, options: TeamOptions):
         .join(', '),
     ]),
     [
-      "12 panels: the project; active runs (25, users) and 3 of its runs; a run's results at 25 and 15; milestones at 25 and 15 and one of them; open sessions and one of them.",
+      "12 panels: the project; active runs (25, statuses) and 3 of its runs; a run's results at 25 and 15; milestones at 25 and 15 and one of them; open sessions and one of them.",
       'Derivable: the 3 runs, the milestone and the session from their lists, the 15-pages from the 25-pages (7 of 12). Per-question ceiling: 1 − questions ÷ polls per ttl.',
     ],
     true,

@@ -114,7 +114,7 @@ describe('never derived', () => {
   });
 });
 
-describe('never derived, on a proxy of its own', () => {
+describe('on a proxy of its own', () => {
   it('from a source gone stale', async () => {
     let offsetMs = 0;
     const stepped = await startTestProxy(em.url, {}, () => Date.now() + offsetMs);
@@ -124,6 +124,27 @@ describe('never derived, on a proxy of its own', () => {
       await expectDerived(stepped, `/api/v1/runs/${runIds[1]!}`, a);
       offsetMs = 31_000; // past the default 30 s freshness of lists
       await expectAsked(stepped, `/api/v1/runs/${runIds[2]!}`, a);
+    } finally {
+      await stepped.close();
+    }
+  });
+
+  it("from a fresh source whose project access lapsed: confirmed first, as for a hit, in user mode; a member's question goes to the instance", async () => {
+    let offsetMs = 0;
+    const stepped = await startTestProxy(em.url, { access: { projectConfirmMs: 1_000 } }, () => Date.now() + offsetMs);
+    try {
+      await proveAreas(stepped, a, projectId);
+      await stepped.get(runs('per_page=100'), a);
+      offsetMs = 2_000; // the list still fresh, the access to its project not confirmed any more
+      const before = await em.stats();
+      const answer = await ask(em, stepped, `/api/v1/runs/${runIds[3]!}`, a);
+      const after = await em.stats();
+      const reached = (route: string) => (after.by_route[route] ?? 0) - (before.by_route[route] ?? 0);
+      expect(answer.res.json()).toEqual(await direct(em, `/api/v1/runs/${runIds[3]!}`, a));
+      if (SHARING === 'project') return expect(reached('GET /api/v1/runs/{run_id}')).toBe(1);
+      expect(answer.derived).toBe(true);
+      expect(reached('GET /api/v1/projects/{project_id}')).toBe(1);
+      expect(reached('GET /api/v1/runs/{run_id}')).toBe(0);
     } finally {
       await stepped.close();
     }

@@ -22,13 +22,16 @@
 import { LRUCache } from 'lru-cache';
 import { OPERATIONS, RESOURCES, type Operation, type OperationId, type ResourceName } from '../../api/catalogue.js';
 import type { DerivationIndex, IndexedPage } from '../../cache/derive/index.js';
-import type { CacheEntry } from '../../cache/entry.js';
+import { isFresh, type CacheEntry } from '../../cache/entry.js';
 import type { CacheOutcome } from '../../cache/outcome.js';
 import type { Decision } from '../decide.js';
-import { judge, type Facts } from '../judge.js';
+import { judge, type Facts, type Occasion, type Verdict } from '../judge.js';
 import type { Served } from '../respond/served.js';
 import { etagOf } from '../storable.js';
 import { coversExpands, itemBody, pageBody } from './answers.js';
+
+/** A derived answer, or the confirmation of the caller's access to its source's project it waits for. */
+export type Derived = Served | Extract<Verdict, { kind: 'confirm-access' }>;
 
 /** What a derived answer was made by: one resource from a list page, or a page from another page. */
 export type DerivationRule = 'item' | 'page';
@@ -66,54 +69,62 @@ export class Deriver {
   constructor(private readonly o: DeriverOptions) {}
 
   /**
-   * The derived answer to `d`, or undefined when none is certain from a fresh source this caller
-   * may be served (then the question is filled as before). `facts`: what the judge reads.
+   * The derived answer to `d`; `confirm-access` when a source would answer it once the caller's
+   * access to its project is confirmed (as a hit's would be: judge.ts); undefined when none is
+   * certain from a fresh source this caller may be served (then the question is filled as
+   * before). `facts`: what the judge reads; `occasion`: `access-confirmed` once it was.
    */
-  answer(d: Decision, now: number, facts: Facts): Served | undefined {
+  answer(d: Decision, now: number, facts: Facts, occasion: Extract<Occasion, 'lookup' | 'access-confirmed'> = 'lookup'): Derived | undefined {
     // A question keyed on a browser's Origin (its key longer than scope and suffix) is never derived: its answer may name that origin.
     if (!d.mayRead || d.noCache || d.key.length !== d.scope.length + d.route.suffix.length) return undefined;
     const op = d.canonical.op;
     if (op.envelope === 'list') this.o.index.asking(d.route.suffix, d.canonical);
     const resource = ITEM_OF_LIST.get(op.id);
-    if (resource !== undefined) return this.#item(d, resource, now, facts);
-    if (op.envelope === 'list') return this.#page(d, now, facts);
-    return undefined;
-  }
-
-  #item(d: Decision, resource: ResourceName, now: number, facts: Facts): Served | undefined {
-    const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
-    for (const source of this.#fresh(d, this.o.index.pagesHolding(d.scope, resource, id), now, facts)) {
-      if (!coversExpands(source.req.expands, d.canonical.expands)) continue;
-      const page = this.o.index.parsed(source.entry);
-      const item = page?.result.find((x) => x['id'] === id);
-      const body = item === undefined ? undefined : itemBody(resource, page!, item, d.canonical.expands);
-      if (body !== undefined) return this.#serve(d, source.entry, body, 'item');
+    if (resource !== undefined) {
+      const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
+      return this.#derive(d, this.o.index.pagesHolding(d.scope, resource, id), 'item', now, facts, occasion, (source) => {
+        if (!coversExpands(source.req.expands, d.canonical.expands)) return undefined;
+        const page = this.o.index.parsed(source.entry);
+        const item = page?.result.find((x) => x['id'] === id);
+        return item === undefined ? undefined : itemBody(resource, page!, item, d.canonical.expands);
+      });
     }
-    return undefined;
-  }
-
-  #page(d: Decision, now: number, facts: Facts): Served | undefined {
+    if (op.envelope !== 'list') return undefined;
     const want = d.canonical;
-    for (const source of this.#fresh(d, this.o.index.pagesOf(d.scope, want), now, facts)) {
-      if (source.key === d.key) continue;
-      const page = this.o.index.parsed(source.entry);
+    return this.#derive(d, this.o.index.pagesOf(d.scope, want), 'page', now, facts, occasion, (source) => {
+      const page = source.key === d.key ? undefined : this.o.index.parsed(source.entry);
       // A list whose total is 0 answers any expands (each empty); otherwise the source must hold them.
-      if (page === undefined || (page.total > 0 && !coversExpands(source.req.expands, want.expands))) continue;
-      const body = pageBody(want.op.resource, page, source.req, want);
-      if (body !== undefined) return this.#serve(d, source.entry, body, 'page');
-    }
-    return undefined;
+      if (page === undefined || (page.total > 0 && !coversExpands(source.req.expands, want.expands))) return undefined;
+      return pageBody(want.op.resource, page, source.req, want);
+    });
   }
 
   /**
-   * The candidate pages memory still holds that this caller would be served fresh if they were
-   * held for the question itself (judge.ts, on the question's decision), newest first.
+   * The first of the candidate pages memory still holds, newest first, that this caller would be
+   * served fresh if it were held for the question itself (judge.ts, on the question's decision)
+   * and that makes a body; else the confirmation one of them waits for, if any.
    */
-  #fresh(d: Decision, pages: readonly IndexedPage[], now: number, facts: Facts): IndexedPage[] {
-    const usable = pages.filter(
-      (page) => this.o.peek(page.key) === page.entry && judge(d, { entry: page.entry, tier: 'memory' }, now, facts, 'lookup').kind === 'fresh',
-    );
-    return usable.sort((a, b) => b.entry.storedAt - a.entry.storedAt);
+  #derive(
+    d: Decision,
+    pages: readonly IndexedPage[],
+    rule: DerivationRule,
+    now: number,
+    facts: Facts,
+    occasion: Occasion,
+    bodyOf: (source: IndexedPage) => string | undefined,
+  ): Derived | undefined {
+    let confirm: Derived | undefined;
+    const held = pages.filter((page) => this.o.peek(page.key) === page.entry).sort((a, b) => b.entry.storedAt - a.entry.storedAt);
+    for (const source of held) {
+      const verdict = judge(d, { entry: source.entry, tier: 'memory' }, now, facts, occasion);
+      // A confirmation is worth asking for only for a source that is fresh (judge.ts checks access before freshness).
+      if (verdict.kind !== 'fresh' && (verdict.kind !== 'confirm-access' || confirm !== undefined || !isFresh(source.entry, now))) continue;
+      const body = bodyOf(source);
+      if (body === undefined) continue;
+      if (verdict.kind === 'fresh') return this.#serve(d, source.entry, body, rule);
+      confirm = verdict;
+    }
+    return confirm;
   }
 
   #serve(d: Decision, source: CacheEntry, body: string, rule: DerivationRule): Served {
