@@ -150,12 +150,16 @@ export class ReadThrough {
         this.o.proofs.servedFresh(d, found!.entry, now);
         return { kind: 'entry', entry: found!.entry, outcome: HIT[found!.tier] };
       }
-      case 'stale-while-revalidate':
+      case 'stale-while-revalidate': {
+        // A fresh derived answer (derive/deriver.ts) rather than the stale one, and no refresh of it.
+        const derived = this.o.deriver?.answer(d, now, this.#facts);
+        if (derived !== undefined && derived.kind !== 'confirm-access') return derived;
         this.o.proofs.servedStale(d, now);
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
         if (!this.#filler.isRunning(d.fillKey))
           this.#filler.run(this.#job(d, 'fill', 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
         return { kind: 'entry', entry: found!.entry, outcome: { kind: 'stale', tier: found!.tier, detail: 'stale-while-revalidate' } };
+      }
       case 'confirm-access':
         return this.#confirmThenServe(d, found!, verdict.projectId);
       case 'rate-limited':
@@ -187,7 +191,9 @@ export class ReadThrough {
     return new RefreshAhead({
       startAt,
       held: (key) => this.o.cache.peekMemory(key),
-      mayStart: (d) => !this.#filler.isRunning(d.fillKey) && this.o.mayRefreshAhead?.() !== false,
+      // An answer derivable from a fresh source is not refreshed: once stale, it is derived (stale-while-revalidate above).
+      mayStart: (d) =>
+        !this.#filler.isRunning(d.fillKey) && this.o.mayRefreshAhead?.() !== false && this.o.deriver?.derivable(d, this.o.now(), this.#facts) !== true,
       refresh: (d) => this.#filler.run(this.#job(d, 'fill-from-instance', 'ahead')).promise,
       now: this.o.now,
       failed: (err, key) => {

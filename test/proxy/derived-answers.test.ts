@@ -213,3 +213,13 @@ describe('a page answered from a cached page of another size of the same list', 
     });
   }
 });
+
+describe('marking', () => {
+  it('counts derived answers by operation and rule in tm_cache_derived_total, and as hits', async () => {
+    const metrics = await (await fetch(`${p.managementUrl}/metrics`)).text();
+    const count = (labels: string) => Number(new RegExp(`^tm_cache_derived_total\\{${labels}\\} (\\d+)$`, 'm').exec(metrics)?.[1] ?? 0);
+    expect(count('operation="getRun",rule="item"')).toBeGreaterThan(ROUNDS / 3);
+    expect(count('operation="listRunResults",rule="page"')).toBeGreaterThan(ROUNDS / 3);
+    expect(metrics).not.toContain(member.token);
+  });
+});

@@ -75,6 +75,21 @@ export class Deriver {
    * before). `facts`: what the judge reads; `occasion`: `access-confirmed` once it was.
    */
   answer(d: Decision, now: number, facts: Facts, occasion: Extract<Occasion, 'lookup' | 'access-confirmed'> = 'lookup'): Derived | undefined {
+    const derived = this.#answer(d, now, facts, occasion);
+    if (derived?.kind === 'entry') this.o.onDerived?.(d.canonical.op.id, d.canonical.op.envelope === 'list' ? 'page' : 'item');
+    return derived;
+  }
+
+  /**
+   * Whether `d` is derived now, from a fresh source this caller may be served without asking
+   * anything: its entry's refresh (ahead of expiry, or while stale) need not ask the instance.
+   * Counts nothing.
+   */
+  derivable(d: Decision, now: number, facts: Facts): boolean {
+    return this.#answer(d, now, facts, 'lookup')?.kind === 'entry';
+  }
+
+  #answer(d: Decision, now: number, facts: Facts, occasion: Occasion): Derived | undefined {
     // A question keyed on a browser's Origin (its key longer than scope and suffix) is never derived: its answer may name that origin.
     if (!d.mayRead || d.noCache || d.key.length !== d.scope.length + d.route.suffix.length) return undefined;
     const op = d.canonical.op;
@@ -82,7 +97,7 @@ export class Deriver {
     const resource = ITEM_OF_LIST.get(op.id);
     if (resource !== undefined) {
       const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
-      return this.#derive(d, this.o.index.pagesHolding(d.scope, resource, id), 'item', now, facts, occasion, (source) => {
+      return this.#derive(d, this.o.index.pagesHolding(d.scope, resource, id), now, facts, occasion, (source) => {
         if (!coversExpands(source.req.expands, d.canonical.expands)) return undefined;
         const page = this.o.index.parsed(source.entry);
         const item = page?.result.find((x) => x['id'] === id);
@@ -91,7 +106,7 @@ export class Deriver {
     }
     if (op.envelope !== 'list') return undefined;
     const want = d.canonical;
-    return this.#derive(d, this.o.index.pagesOf(d.scope, want), 'page', now, facts, occasion, (source) => {
+    return this.#derive(d, this.o.index.pagesOf(d.scope, want), now, facts, occasion, (source) => {
       const page = source.key === d.key ? undefined : this.o.index.parsed(source.entry);
       // A list whose total is 0 answers any expands (each empty); otherwise the source must hold them.
       if (page === undefined || (page.total > 0 && !coversExpands(source.req.expands, want.expands))) return undefined;
@@ -107,7 +122,6 @@ export class Deriver {
   #derive(
     d: Decision,
     pages: readonly IndexedPage[],
-    rule: DerivationRule,
     now: number,
     facts: Facts,
     occasion: Occasion,
@@ -121,20 +135,19 @@ export class Deriver {
       if (verdict.kind !== 'fresh' && (verdict.kind !== 'confirm-access' || confirm !== undefined || !isFresh(source.entry, now))) continue;
       const body = bodyOf(source);
       if (body === undefined) continue;
-      if (verdict.kind === 'fresh') return this.#serve(d, source.entry, body, rule);
+      if (verdict.kind === 'fresh') return this.#serve(d, source.entry, body);
       confirm = verdict;
     }
     return confirm;
   }
 
-  #serve(d: Decision, source: CacheEntry, body: string, rule: DerivationRule): Served {
+  #serve(d: Decision, source: CacheEntry, body: string): Served {
     const kept = this.#derived.get(d.key);
     let entry = kept?.source === source ? kept.entry : undefined;
     if (entry === undefined) {
       entry = derivedEntry(source, Buffer.from(body));
       this.#derived.set(d.key, { source, entry });
     }
-    this.o.onDerived?.(d.canonical.op.id, rule);
     return { kind: 'entry', entry, outcome: DERIVED };
   }
 }
