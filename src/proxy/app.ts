@@ -121,6 +121,8 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
     // What one answer taught is one write, under the budget of the request that filled it.
     ...(sharesProjects && shared ? { onLearned: ((learned, budget) => void shared.setJsonMany(PLACES, learned, PLACE_TTL_MS, budget)) satisfies Learned } : {}),
   });
+  // A list page indexed for derived answers names its items' project: a write to one of them then drops the project's entries, the page included.
+  deps.derivations?.teach((tag, projectId) => policy.learnProject(tag, projectId));
   let closing = false;
   let current = config;
   let parts: PipelineParts | undefined;

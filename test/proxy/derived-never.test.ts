@@ -106,6 +106,16 @@ describe('never derived', () => {
     await expectAsked(p, `/api/v1/runs/${run}`, a);
   });
 
+  it('a resource after a write to it, from a page that holds it (the page goes with the project it names)', async () => {
+    await p.get(runs('per_page=100&order=asc&is_closed=0'), a);
+    const list = await p.get(runs('per_page=100&order=asc&is_closed=0'), a);
+    const run = (list.json() as { result: { id: number }[] }).result[0]!.id;
+    await expectDerived(p, `/api/v1/runs/${run}`, a);
+    const write = await fetch(`${p.url}/api/v1/runs/${run}`, { method: 'PATCH', headers: { authorization: `Bearer ${a}` } });
+    expect(write.status).toBe(204);
+    await expectAsked(p, `/api/v1/runs/${run}`, a);
+  });
+
   it("a project from the caller's own list of projects in project mode, where the project's answer is shared (another scope)", async () => {
     const list = await p.get('/api/v1/projects', a);
     expect((list.json() as { result: { id: number }[] }).result.some((x) => x.id === projectId)).toBe(true);

@@ -64,6 +64,16 @@ export class DerivationIndex implements MemoryObserver {
   /** List entries stored in this tick, indexed in the next (dropped meanwhile: never indexed). */
   readonly #pending = new Map<string, CacheEntry>();
   #scheduled = false;
+  #learn: ((tag: string, projectId: number) => void) | undefined;
+
+  /**
+   * Told the project of every item of a page indexed (`run:7` → 4): a write to an item then drops
+   * its project's entries (policy.ts `tagsForWrite`), the pages it derives from included, as a
+   * write to a resource whose single answer was filled does.
+   */
+  teach(learn: (tag: string, projectId: number) => void): void {
+    this.#learn = learn;
+  }
   /** The questions of list keys whose query is hashed (too long to keep inline, key.ts), by key suffix: as seen on their way to a fill. */
   readonly #hashed = new LRUCache<string, CanonicalRequest>({ max: HASHED_QUESTIONS_KEPT });
 
@@ -113,6 +123,9 @@ export class DerivationIndex implements MemoryObserver {
     const { scope, req } = question;
     const resource = req.op.resource;
     const itemKeys = RESOURCES[resource].idParam === null ? [] : page.result.map((item) => itemKey(scope, resource, item['id'] as number));
+    if (this.#learn !== undefined && itemKeys.length > 0) {
+      for (const item of page.result) if (typeof item['project_id'] === 'number') this.#learn(`${resource}:${item['id'] as number}`, item['project_id']);
+    }
     const indexed: IndexedPage = { key, entry, req, itemKeys, listKey: listKey(scope, req) };
     this.#byKey.set(key, indexed);
     for (const k of itemKeys) add(this.#byItem, k, key);
