@@ -14,6 +14,7 @@ import { decodeSecret } from './config/secrets.js';
 import type { Config } from './config/schema.js';
 import { deriveIdentitySecret } from './cache/redis/codec.js';
 import { MemoryTier } from './cache/memory-tier.js';
+import { DerivationIndex } from './cache/derive/index.js';
 import { claimLimitsOf } from './cache/policy.js';
 import { createRedisRoles, type RedisRoles } from './cache/redis/roles.js';
 import { TieredCache, type RemoteClear, type TierList } from './cache/tiered.js';
@@ -79,11 +80,14 @@ export async function startProxy(config: Config, options: StartOptions): Promise
   if (redis && Object.keys(config.cache.redis.encryptionKeys).length === 0) {
     logger.warn('cache.redis.encryptionKeys is empty: entries are stored in Redis compressed but not encrypted');
   }
+  // Derived answers (cache.derive.enabled): the memory tier's list pages, indexed as they are stored and dropped.
+  const derivations = config.cache.derive.enabled ? new DerivationIndex() : undefined;
   const memory = new MemoryTier({
     maxBytes: config.cache.memory.maxBytes,
     maxEntryBytes: config.cache.memory.maxEntryBytes,
     now,
     onEvict: () => metrics.eviction('memory'),
+    observer: derivations,
   });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
   const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}), onRemoteClear: (why, entries) => logRemoteClear(logger, why, entries) });
@@ -142,6 +146,8 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     onPassthroughAnswer: (status, error) => health.record(status, error),
     tls: certificates?.serverOptions('proxy'),
     budget,
+    derivations,
+    onDerived: (operation, rule) => metrics.derived(operation, rule),
   });
   const app = proxy.app;
   metrics.watchServing({

@@ -32,6 +32,14 @@ export interface MemoryTierOptions {
   now?: () => number;
   /** Called for each entry evicted to make room (metrics). */
   onEvict?: () => void;
+  /** Told of every entry stored and dropped, in step with the LRU (the index of derived answers: src/cache/derive/index.ts). */
+  observer?: MemoryObserver | undefined;
+}
+
+/** What watches the memory tier's contents: told after an entry is stored, and as one leaves (lru-cache's `dispose`, with its reason). */
+export interface MemoryObserver {
+  stored(key: string, entry: CacheEntry): void;
+  dropped(key: string, entry: CacheEntry, reason: LRUCache.DisposeReason): void;
 }
 
 /** What the LRU holds per key: the entry, and how often it was served from here. */
@@ -60,6 +68,7 @@ export class MemoryTier implements CacheTier {
   readonly #lru: LRUCache<string, Slot>;
   /** tag → keys carrying it; kept in step with the LRU by `set` and `dispose`. */
   readonly #keysByTag = new Map<string, Set<string>>();
+  readonly #observer: MemoryObserver | undefined;
 
   constructor(options: MemoryTierOptions = {}) {
     this.maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
@@ -69,6 +78,7 @@ export class MemoryTier implements CacheTier {
     }
     this.#now = options.now ?? Date.now;
     const onEvict = options.onEvict;
+    const observer = (this.#observer = options.observer);
     this.#lru = new LRUCache<string, Slot>({
       maxSize: this.maxBytes,
       sizeCalculation: (slot) => entrySizeBytes(slot.entry),
@@ -78,6 +88,7 @@ export class MemoryTier implements CacheTier {
       updateAgeOnGet: false,
       dispose: (slot, key, reason) => {
         this.#unindex(key, slot.entry);
+        observer?.dropped(key, slot.entry, reason);
         if (reason === 'evict') onEvict?.();
       },
     });
@@ -121,6 +132,7 @@ export class MemoryTier implements CacheTier {
       if (!keys) this.#keysByTag.set(tag, (keys = new Set()));
       keys.add(key);
     }
+    if (this.#observer !== undefined && this.#lru.peek(key, GET_OPTIONS as object)?.entry === entry) this.#observer.stored(key, entry);
     return true;
   }
 

@@ -175,6 +175,8 @@ export const ConfigSchema = section({
       default: [...DEFAULT_STORED_HEADERS],
     }),
     staleIfErrorMs: durationMs(0, 24 * 3_600_000),
+    // Derived answers (src/proxy/derive/deriver.ts): a question answered from a fresh cached answer to a broader one.
+    derive: section({ enabled: boolean(true) }),
     // Refresh-ahead (refresh-ahead.ts): a fresh entry read in its last part of freshness is refreshed, timed to land just before it expires.
     refreshAhead: section({
       enabled: boolean(true),

@@ -181,6 +181,8 @@ export interface Metrics {
   readonly budget: BudgetEvents;
   /** A client's request the budget had no token for in time: answered stale (`stale`) or 429 (`refused`). */
   budgetDeferred(to: 'stale' | 'refused'): void;
+  /** A question answered from a cached answer to a broader one (`Cache-Status: ...; detail=derived`), by operation and rule (item, page). */
+  derived(operation: string, rule: string): void;
   /** Registers the fleet budget's gauges, read from its snapshot at scrape time (once per process). */
   watchBudget(snapshot: () => BudgetSnapshot): void;
   /** What sharing by project did (`cache.sharing: project`): pass as the read-through's `sharing`. */
@@ -387,6 +389,14 @@ export function createMetrics(options: MetricsOptions): Metrics {
   );
   // Both results are there from the start at 0, so that an alert on increase() sees the first one.
   for (const to of ['stale', 'refused']) budgetDeferred.slot(to);
+  const derived = new LabelledFamily(
+    'tm_cache_derived_total',
+    'Questions answered from a fresh cached answer to a broader one (Cache-Status detail=derived; counted as hits in tm_cache_requests_total), by operation and rule: item (one resource from a list page that holds it) or page (a page from a cached page of the same list).',
+    'counter',
+    ['operation', 'rule'],
+    [],
+    registry,
+  );
   counterOf(
     registry,
     'tm_cache_shared_hits_total',
@@ -543,6 +553,9 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
     budgetDeferred(to) {
       budgetDeferred.inc(budgetDeferred.slot(to));
+    },
+    derived(operation, rule) {
+      derived.inc(derived.slot(operation, rule));
     },
     watchBudget(snapshot) {
       const gauge = (name: string, help: string, read: (s: BudgetSnapshot) => number): void => {

@@ -37,6 +37,8 @@ import { keysOnOrigin } from './decide.js';
 import { OriginKeying } from './origin-keying.js';
 import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache } from './read-through.js';
+import type { DerivationIndex } from '../cache/derive/index.js';
+import { Deriver, type DeriverOptions } from './derive/deriver.js';
 import { ProofKeeper, type SharingEvents } from './callers/proofs.js';
 import { AreaGrants } from './callers/access-grants.js';
 import type { SharedTierBudget } from '../cache/budget.js';
@@ -86,6 +88,14 @@ export interface ProxyDeps {
   readonly watchMemos?: ((read: () => MemoFigures) => void) | undefined;
   /** HTTPS (`server.tls`, certificates.ts): the listener serves TLS with these options; absent: plain HTTP. */
   readonly tls?: SecureServerOptions | undefined;
+  /**
+   * The index of the memory tier's list pages (`cache.derive.enabled`, cache/derive/index.ts): a
+   * question nothing fresh is held for may be answered from a broader one (derive/deriver.ts).
+   * Absent: nothing is derived.
+   */
+  readonly derivations?: DerivationIndex | undefined;
+  /** A derived answer was served (metrics). */
+  readonly onDerived?: DeriverOptions['onDerived'];
 }
 
 const EMPTY_QUERY = Object.freeze({});
@@ -111,6 +121,8 @@ export async function buildProxy(config: Config, deps: ProxyDeps): Promise<Proxy
     // What one answer taught is one write, under the budget of the request that filled it.
     ...(sharesProjects && shared ? { onLearned: ((learned, budget) => void shared.setJsonMany(PLACES, learned, PLACE_TTL_MS, budget)) satisfies Learned } : {}),
   });
+  // A list page indexed for derived answers names its items' project: a write to one of them then drops the project's entries, the page included.
+  deps.derivations?.teach((tag, projectId) => policy.learnProject(tag, projectId));
   let closing = false;
   let current = config;
   let parts: PipelineParts | undefined;
@@ -276,6 +288,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     followMs,
     maxEntryBytes: deps.cache.maxEntryBytes,
     now,
+    deriver: deps.derivations && new Deriver({ index: deps.derivations, peek: (key) => deps.cache.peekMemory(key), onDerived: deps.onDerived }),
     // The key as describeKey shows it: a log line never carries a user id with a canonical query.
     refreshAheadStartAt: config.cache.refreshAhead.enabled ? config.cache.refreshAhead.startAt : undefined,
     mayRefreshAhead: deps.budget === undefined ? undefined : () => deps.budget!.pausedForMs() === 0,

@@ -38,6 +38,7 @@ import type { Credential } from './callers/refreshers.js';
 import { decideOwn, decidePlaced, ownerOf, placedAfterFill, type Decision } from './decide.js';
 import { judge, type Facts, type FillVerdict, type Found, type Occasion } from './judge.js';
 import { RefreshAhead } from './refresh-ahead.js';
+import type { Deriver } from './derive/deriver.js';
 import type { RetryAfterGate } from './callers/retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './respond/served.js';
 import { isStorable, makeEntry } from './storable.js';
@@ -95,6 +96,8 @@ export interface ReadThroughOptions {
    */
   readonly refreshAheadStartAt?: number | undefined;
   readonly mayRefreshAhead?: (() => boolean) | undefined;
+  /** Derived answers (derive/deriver.ts): tried where a question's lookup would be filled from the instance, never on a hit. */
+  readonly deriver?: Deriver | undefined;
 }
 
 export class ReadThrough {
@@ -147,12 +150,16 @@ export class ReadThrough {
         this.o.proofs.servedFresh(d, found!.entry, now);
         return { kind: 'entry', entry: found!.entry, outcome: HIT[found!.tier] };
       }
-      case 'stale-while-revalidate':
+      case 'stale-while-revalidate': {
+        // A fresh derived answer (derive/deriver.ts) rather than the stale one, and no refresh of it.
+        const derived = this.o.deriver?.answer(d, now, this.#facts);
+        if (derived !== undefined && derived.kind !== 'confirm-access') return derived;
         this.o.proofs.servedStale(d, now);
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
         if (!this.#filler.isRunning(d.fillKey))
           this.#filler.run(this.#job(d, 'fill', 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
         return { kind: 'entry', entry: found!.entry, outcome: { kind: 'stale', tier: found!.tier, detail: 'stale-while-revalidate' } };
+      }
       case 'confirm-access':
         return this.#confirmThenServe(d, found!, verdict.projectId);
       case 'rate-limited':
@@ -163,9 +170,13 @@ export class ReadThrough {
         return this.#ownOrFill(d, found, now);
       case 'fill':
       case 'fill-from-instance':
-      case 'fill-unconfirmed':
+      case 'fill-unconfirmed': {
+        // Nothing fresh held: a derived answer (derive/deriver.ts) spares the instance, when one is certain.
+        const derived = verdict.kind === 'fill' && occasion === 'lookup' ? this.o.deriver?.answer(d, now, this.#facts) : undefined;
+        if (derived !== undefined) return derived.kind === 'confirm-access' ? this.#confirmThenDerive(d, found, derived.projectId) : derived;
         if (d.unplaced !== undefined && this.o.proofs.findPlace !== undefined) return this.#placeThenFill(d, found, now, verdict.kind);
         return this.#fillAndServe(d, found, now, verdict.kind);
+      }
     }
   }
 
@@ -180,7 +191,9 @@ export class ReadThrough {
     return new RefreshAhead({
       startAt,
       held: (key) => this.o.cache.peekMemory(key),
-      mayStart: (d) => !this.#filler.isRunning(d.fillKey) && this.o.mayRefreshAhead?.() !== false,
+      // An answer derivable from a fresh source is not refreshed: once stale, it is derived (stale-while-revalidate above).
+      mayStart: (d) =>
+        !this.#filler.isRunning(d.fillKey) && this.o.mayRefreshAhead?.() !== false && this.o.deriver?.derivable(d, this.o.now(), this.#facts) !== true,
       refresh: (d) => this.#filler.run(this.#job(d, 'fill-from-instance', 'ahead')).promise,
       now: this.o.now,
       failed: (err, key) => {
@@ -331,6 +344,17 @@ export class ReadThrough {
       if (status === 401 || status === 403 || (status === 404 && d.gate === 'member')) return this.#filler.runAlone(job);
     }
     return result;
+  }
+
+  /**
+   * A derived answer whose source's project access by this caller is due for confirmation, as a
+   * hit's would be: confirmed (coalesced, shared), then derived; anything else is filled, and the
+   * instance's answer to the question itself applies the access rules.
+   */
+  async #confirmThenDerive(d: Decision, found: Found | undefined, projectId: number): Promise<Served> {
+    const confirmed = (await this.o.proofs.confirm(d, projectId)).kind === 'confirmed';
+    const derived = confirmed ? this.o.deriver!.answer(d, this.o.now(), this.#facts, 'access-confirmed') : undefined;
+    return derived !== undefined && derived.kind !== 'confirm-access' ? derived : this.#fillAndServe(d, found, this.o.now(), 'fill');
   }
 
   /** A due confirmation of the caller's access to the entry's project: asked (coalesced, shared), then the entry is served, or dropped and the request filled. */

@@ -97,6 +97,6 @@ function keptHeaders(res: UpstreamResponse, names: readonly string[]): Record<st
  * A strong validator of the body (RFC 9110 §8.8.3): SHA-256, 162 bits of it in base64url. The
  * one-shot `crypto.hash` (Node ≥ 20.12): no Hash object per miss.
  */
-function etagOf(body: Buffer): string {
+export function etagOf(body: Buffer): string {
   return `"${hash('sha256', body, 'base64url').slice(0, 27)}"`;
 }

@@ -33,8 +33,8 @@ const AREAS = 6;
 const PANELS = 12;
 const POLLS_PER_TTL = DEFAULTS.ttlMs / POLL_MS;
 
-/** The most a cache can offload at default settings: each question polled refreshed once per ttl, against every poll of it. */
-function ceilingOf(members: number, mode: 'user' | 'project'): number {
+/** The most a per-question cache can offload at default settings: each question polled refreshed once per ttl, against every poll of it. */
+export function ceilingOf(members: number, mode: 'user' | 'project'): number {
   const refreshed = mode === 'user' ? PANELS * members : PANELS;
   return 1 - refreshed / (members * PANELS * POLLS_PER_TTL);
 }
@@ -45,7 +45,7 @@ export interface TeamOptions {
   readonly periods: number;
 }
 
-interface TeamRun {
+export interface TeamRun {
   readonly members: number;
   readonly mode: 'user' | 'project';
   readonly clientRequests: number;
@@ -153,26 +153,38 @@ export async function makeTeam(emulator: Emulator, size: number): Promise<{ fact
   throw new Error(`no open project with ${size} members among the first 60 users`);
 }
 
-async function runTeam(
+/** What a team polls (12 panels), and whether tm-cache derives answers (`cache.derive.enabled`). */
+export interface TeamVariant {
+  readonly name: string;
+  readonly panels: readonly string[];
+  readonly derive: boolean;
+}
+
+export async function runTeam(
   dir: string,
   emulator: Emulator,
   facts: ProjectFacts,
   members: TokenInfo[],
   mode: 'user' | 'project',
   options: TeamOptions,
+  variant: TeamVariant = { name: 'team', panels: teamPanels(facts), derive: true },
 ): Promise<TeamRun> {
   const s = options.scale;
   const ttlMs = DEFAULTS.ttlMs * s;
   const pollMs = POLL_MS * s;
   const periodMs = ttlMs + DEFAULTS.staleWhileRevalidateMs * s;
-  const config = writeConfig(dir, `team-${members.length}-${mode}`, {
-    cache: { sharing: mode, freshness: { default: { ttlMs, staleWhileRevalidateMs: DEFAULTS.staleWhileRevalidateMs * s } } },
+  const config = writeConfig(dir, `${variant.name}-${members.length}-${mode}-${variant.derive ? 'derive' : 'no-derive'}`, {
+    cache: {
+      sharing: mode,
+      derive: { enabled: variant.derive },
+      freshness: { default: { ttlMs, staleWhileRevalidateMs: DEFAULTS.staleWhileRevalidateMs * s } },
+    },
     identity: { ttlMs: DEFAULTS.identityTtlMs * s },
     access: { projectConfirmMs: DEFAULTS.projectConfirmMs * s, grantTtlMs: DEFAULTS.grantTtlMs * s },
   });
   const proxy = await startTmCache(emulator.url, { name: `tm-cache (team ${members.length}, ${mode})`, env: { TM_CACHE_CONFIG: config } });
   const pool = new Pool(proxy.url, { connections: 64 });
-  const panels = teamPanels(facts);
+  const panels = variant.panels;
   const warmupMs = periodMs;
   const totalMs = warmupMs + options.periods * periodMs;
   const mutateAtMs = totalMs - periodMs - 2 * pollMs;

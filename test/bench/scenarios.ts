@@ -27,6 +27,7 @@ import { runDashboardsScenario } from './scenario-dashboards.js';
 import { runFirstMinuteScenario } from './scenario-first-minute.js';
 import { runFleetBudgetScenario, runFleetLearnScenario, runFleetRefreshAheadScenario } from './scenario-fleet.js';
 import { runTeamDashboardsScenario } from './scenario-team-dashboards.js';
+import { runTeamDerivedScenario } from './scenario-team-derived.js';
 import { runEmulatorScenario } from './scenario-emulator.js';
 import { runHitScenario } from './scenario-hit.js';
 import { runCoalesceScenario, runMissScenario } from './scenario-miss.js';
@@ -177,6 +178,21 @@ const SUITE: Scenario[] = [
     run: (ctx) =>
       runTeamDashboardsScenario(ctx.dir, {
         teams: [2, 5, 10],
+        scale: ctx.options.number('team-scale', 0.2),
+        periods: ctx.options.number('team-periods', 3, 1),
+      }),
+  },
+  {
+    name: 'team-derived',
+    budget: FIXED_BUDGET,
+    about:
+      'one team of 10 polling 12 panels that overlap (a list and its items, a page at two sizes), derived answers off and on, cache.sharing user and project, time compressed (--team-scale): upstream per freshness period, offload against the per-question ceiling',
+    suite: false,
+    needs: [],
+    build: true,
+    run: (ctx) =>
+      runTeamDerivedScenario(ctx.dir, {
+        teams: [10],
         scale: ctx.options.number('team-scale', 0.2),
         periods: ctx.options.number('team-periods', 3, 1),
       }),

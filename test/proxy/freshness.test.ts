@@ -15,7 +15,9 @@ const env = proxyOverEmulator(
     // Project access is kept out of these freshness tests (test/security/revocation*.test.ts cover
     // it): a project list past access.projectConfirmMs from its fill is asked again, never served stale.
     access: { projectConfirmMs: 10 * 3_600_000 },
-    cache: { staleIfErrorMs: 3_600_000, freshness: { default: { ttlMs: TTL_MS, staleWhileRevalidateMs: SWR_MS } } },
+    // Derived answers are kept out too: the pages of the project list these tests ask would answer
+    // each other (test/proxy/derived-*.test.ts cover derivation).
+    cache: { staleIfErrorMs: 3_600_000, freshness: { default: { ttlMs: TTL_MS, staleWhileRevalidateMs: SWR_MS } }, derive: { enabled: false } },
   },
   now,
 );
@@ -100,7 +102,10 @@ describe('when the instance fails', () => {
   it('still serves a known caller stale answers when their identity has lapsed and the instance fails', async () => {
     const short = await startTestProxy(
       env.emulator.url,
-      { identity: { ttlMs: 60_000 }, cache: { staleIfErrorMs: 3_600_000, freshness: { default: { ttlMs: TTL_MS, staleWhileRevalidateMs: SWR_MS } } } },
+      {
+        identity: { ttlMs: 60_000 },
+        cache: { staleIfErrorMs: 3_600_000, freshness: { default: { ttlMs: TTL_MS, staleWhileRevalidateMs: SWR_MS } }, derive: { enabled: false } },
+      },
       now,
     );
     try {

@@ -27,7 +27,9 @@ const LEAST_CYCLE_SHARE = 0.9;
 
 const freshFor = (ttlMs: number): DeepPartial<Config> => ({
   // No stale-while-revalidate: a refresh landing late would make a poll wait (not a hit).
-  cache: { freshness: { default: { ttlMs, staleWhileRevalidateMs: 0 } }, refreshAhead: { enabled: true, startAt: 0.75 } },
+  // No derived answers: these pages past the last of one list would answer each other (a derivable
+  // answer is not refreshed ahead; test/proxy/derived-*.test.ts cover derivation).
+  cache: { freshness: { default: { ttlMs, staleWhileRevalidateMs: 0 } }, refreshAhead: { enabled: true, startAt: 0.75 }, derive: { enabled: false } },
 });
 
 const upstreamTotal = async (em: TestEmulator): Promise<number> => (await em.stats()).total;

@@ -115,7 +115,10 @@ async function holdTheOnlySlot(p: TestProxy, lane: 'identity' | 'fill'): Promise
   if (lane === 'fill') expect((await p.get('/api/v1/projects?per_page=15', other)).status).toBe(200); // known caller
   await env.emulator.faults({ latency_ms: 1_500 });
   const junk =
-    lane === 'identity' ? p.get('/api/v1/projects?per_page=15', 'junk-token-that-the-instance-refuses') : p.get('/api/v1/projects?per_page=50', other);
+    // The miss: another list than the one asked above (another filter), which would derive a page of it.
+    lane === 'identity'
+      ? p.get('/api/v1/projects?per_page=15', 'junk-token-that-the-instance-refuses')
+      : p.get('/api/v1/projects?is_completed=0&per_page=50', other);
   const gauge = lane === 'identity' ? /tm_cache_identity_upstream_active 1\b/ : /tm_cache_upstream_active 1\b/;
   await until(async () => gauge.test((await httpGet(`${p.managementUrl}/metrics`)).body.toString()));
   return { junk };

@@ -22,7 +22,8 @@ function cacheStatusOf(outcome: CacheOutcome, entry: CacheEntry | undefined, now
   const ttl = entry === undefined ? '' : `; ttl=${ttlSeconds(entry, now)}`;
   switch (outcome.kind) {
     case 'hit':
-      return `${CACHE_NAME}; hit${ttl}; detail=${outcome.tier ?? 'memory'}`;
+      // A derived answer (derive/deriver.ts) says so instead of its source's tier.
+      return `${CACHE_NAME}; hit${ttl}; detail=${outcome.detail ?? outcome.tier ?? 'memory'}`;
     case 'stale':
       // Served from cache without a fresh answer: RFC 9211 §2.2 `fwd=stale`.
       return `${CACHE_NAME}; fwd=stale${fwdStatus(outcome)}${ttl}; detail=${outcome.detail ?? 'stale'}`;

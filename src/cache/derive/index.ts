@@ -1,0 +1,249 @@
+/**
+ * The index of derived answers: which cached list pages hold a resource, and which pages of one
+ * list (the same filters, sort and order) are cached, so that finding the source of a derived
+ * answer (src/proxy/derive/) is a lookup by what the question names, never a scan of the cache.
+ *
+ * It watches the memory tier (`MemoryObserver`): every list entry stored is indexed, every entry
+ * that leaves (evicted, expired, deleted, invalidated, replaced) is unindexed, in step with the
+ * LRU. A list stored is indexed just after the tick that stored it (`setImmediate`), so that the
+ * parse of its body (one JSON parse per list entry stored, never on a memory hit) does not delay
+ * the answer that brought it; the parsed page is kept in a small memo, since the questions it
+ * answers tend to follow it. What it indexes is what this replica's memory holds: an entry another
+ * replica stored in Redis is indexed once this replica reads it (a Redis hit is kept in memory).
+ *
+ * A key whose query is too long to keep inline is hashed (key.ts): its question is the one seen on
+ * its way to the instance (`asking`), and one this replica never asked (another replica's, read
+ * from Redis) is not indexed. Not indexed either: a key naming a browser's Origin, and a body
+ * that is not the list envelope.
+ */
+import { LRUCache } from 'lru-cache';
+import { OPERATIONS, RESOURCES, type Operation, type ResourceName } from '../../api/catalogue.js';
+import { normalizeRequest, type CanonicalRequest } from '../../api/normalize.js';
+import { readBody, type CacheEntry } from '../entry.js';
+import { KEY_VERSION } from '../key.js';
+import type { MemoryObserver } from '../memory-tier.js';
+
+/** One page of a list as the instance answered it (spec, List envelope). */
+export interface ParsedPage {
+  readonly page: number | null;
+  readonly perPage: number;
+  readonly total: number;
+  readonly result: readonly Readonly<Record<string, unknown>>[];
+  readonly expands: Readonly<Record<string, readonly unknown[]>>;
+}
+
+/** A list entry in memory, as the index knows it. */
+export interface IndexedPage {
+  readonly key: string;
+  /** The entry indexed: a source is served only while memory still holds this very one. */
+  readonly entry: CacheEntry;
+  /** Its question, read back from its key. */
+  readonly req: CanonicalRequest;
+  readonly itemKeys: readonly string[];
+  readonly listKey: string;
+}
+
+/** Long list questions remembered until their entry is stored (a fill takes seconds at most, the entries many). */
+const HASHED_QUESTIONS_KEPT = 4_096;
+
+/** Parsed pages kept for the derivations that follow them: a few, as a page of 100 runs parses into some hundred KB. */
+const PARSED_PAGES_KEPT = 64;
+
+const LIST_OPERATIONS: ReadonlyMap<string, Operation> = new Map(OPERATIONS.filter((op) => op.envelope === 'list').map((op) => [op.id, op]));
+
+/** The parameters a list's pages differ by (and the expands, which a source may have more of). */
+const PAGING_PARAMS = new Set(['page', 'per_page', 'expands']);
+
+export class DerivationIndex implements MemoryObserver {
+  readonly #byKey = new Map<string, IndexedPage>();
+  /** `<scope>|<resource>:<id>` → keys of the pages that hold it. */
+  readonly #byItem = new Map<string, Set<string>>();
+  /** `<scope>|<operation>|<path ids>|<query without paging and expands>` → keys of that list's pages. */
+  readonly #byList = new Map<string, Set<string>>();
+  readonly #parsed = new LRUCache<CacheEntry, ParsedPage>({ max: PARSED_PAGES_KEPT });
+  /** List entries stored in this tick, indexed in the next (dropped meanwhile: never indexed). */
+  readonly #pending = new Map<string, CacheEntry>();
+  #scheduled = false;
+  #learn: ((tag: string, projectId: number) => void) | undefined;
+
+  /**
+   * Told the project of every item of a page indexed (`run:7` → 4): a write to an item then drops
+   * its project's entries (policy.ts `tagsForWrite`), the pages it derives from included, as a
+   * write to a resource whose single answer was filled does.
+   */
+  teach(learn: (tag: string, projectId: number) => void): void {
+    this.#learn = learn;
+  }
+  /** The questions of list keys whose query is hashed (too long to keep inline, key.ts), by key suffix: as seen on their way to a fill. */
+  readonly #hashed = new LRUCache<string, CanonicalRequest>({ max: HASHED_QUESTIONS_KEPT });
+
+  /**
+   * A list question on its way to the instance (derive/deriver.ts sees every one): kept when its
+   * key hashes its query, so that its entry, once stored, can be indexed by what it asked.
+   */
+  asking(suffix: string, req: CanonicalRequest): void {
+    if (suffix.includes('|#')) this.#hashed.set(suffix, req);
+  }
+
+  stored(key: string, entry: CacheEntry): void {
+    const known = this.#byKey.get(key);
+    if (known !== undefined) {
+      // The same answer again (its gzip variant swapped in): kept, pointing at the entry memory holds.
+      if (known.entry.etag === entry.etag) return void this.#byKey.set(key, { ...known, entry });
+      this.#unindex(known);
+    }
+    if (!LIST_OPERATIONS.has(key.split('|', 3)[2] ?? '')) return;
+    // Indexed after this tick: a fill's answer (or a Redis hit) is written first, the parse comes after.
+    this.#pending.set(key, entry);
+    if (!this.#scheduled) {
+      this.#scheduled = true;
+      setImmediate(() => this.#indexPending());
+    }
+  }
+
+  dropped(key: string, entry: CacheEntry, reason: LRUCache.DisposeReason): void {
+    // A replacement (`set` on a held key) is told to `stored` next, which compares the two.
+    if (reason === 'set') return;
+    if (this.#pending.get(key) === entry) this.#pending.delete(key);
+    const known = this.#byKey.get(key);
+    if (known !== undefined && known.entry === entry) this.#unindex(known);
+  }
+
+  #indexPending(): void {
+    this.#scheduled = false;
+    for (const [key, entry] of this.#pending) this.#index(key, entry);
+    this.#pending.clear();
+  }
+
+  #index(key: string, entry: CacheEntry): void {
+    const question = questionOf(key, (suffix) => this.#hashed.get(suffix));
+    if (question === undefined) return;
+    const page = this.parsed(entry);
+    if (page === undefined) return;
+    const { scope, req } = question;
+    const resource = req.op.resource;
+    const itemKeys = RESOURCES[resource].idParam === null ? [] : page.result.map((item) => itemKey(scope, resource, item['id'] as number));
+    if (this.#learn !== undefined && itemKeys.length > 0) {
+      for (const item of page.result) if (typeof item['project_id'] === 'number') this.#learn(`${resource}:${item['id'] as number}`, item['project_id']);
+    }
+    const indexed: IndexedPage = { key, entry, req, itemKeys, listKey: listKey(scope, req) };
+    this.#byKey.set(key, indexed);
+    for (const k of itemKeys) add(this.#byItem, k, key);
+    add(this.#byList, indexed.listKey, key);
+  }
+
+  /** The pages of `scope` that hold the resource `resource:id`. */
+  pagesHolding(scope: string, resource: ResourceName, id: number): IndexedPage[] {
+    return this.#pages(this.#byItem.get(itemKey(scope, resource, id)));
+  }
+
+  /** The pages of `scope` of the list `req` asks for: the same operation, path ids, filters, sort and order. */
+  pagesOf(scope: string, req: CanonicalRequest): IndexedPage[] {
+    return this.#pages(this.#byList.get(listKey(scope, req)));
+  }
+
+  /** The page an entry holds, parsed (kept for the next few derivations); undefined when it is not the list envelope. */
+  parsed(entry: CacheEntry): ParsedPage | undefined {
+    let page = this.#parsed.get(entry);
+    if (page === undefined) {
+      page = parsePage(entry);
+      if (page !== undefined) this.#parsed.set(entry, page);
+    }
+    return page;
+  }
+
+  /** How many pages are indexed (tests, the status of the index). */
+  get size(): number {
+    return this.#byKey.size;
+  }
+
+  #pages(keys: Set<string> | undefined): IndexedPage[] {
+    if (keys === undefined) return [];
+    const pages: IndexedPage[] = [];
+    for (const key of keys) pages.push(this.#byKey.get(key)!);
+    return pages;
+  }
+
+  #unindex(indexed: IndexedPage): void {
+    this.#byKey.delete(indexed.key);
+    for (const k of indexed.itemKeys) remove(this.#byItem, k, indexed.key);
+    remove(this.#byList, indexed.listKey, indexed.key);
+  }
+}
+
+/** A list entry's key read back: its scope and canonical question; undefined for anything else. */
+function questionOf(key: string, hashed: (suffix: string) => CanonicalRequest | undefined): { scope: string; req: CanonicalRequest } | undefined {
+  // `<scope>|<version>|<operation>|<path ids>|<query>` (key.ts); a sixth part names an Origin.
+  const parts = key.split('|');
+  if (parts.length !== 5 || parts[1] !== KEY_VERSION) return undefined;
+  const [scope, , operationId, idList, query] = parts as [string, string, string, string, string];
+  const op = LIST_OPERATIONS.get(operationId);
+  if (op === undefined) return undefined;
+  if (query.startsWith('#')) {
+    const req = hashed(key.slice(scope.length));
+    return req === undefined ? undefined : { scope, req };
+  }
+  const values = idList === '' ? [] : idList.split(',').map(Number);
+  if (values.length !== op.pathIds.length) return undefined;
+  const ids: Record<string, number> = {};
+  op.pathIds.forEach((name, i) => (ids[name] = values[i]!));
+  try {
+    return { scope, req: normalizeRequest(op, ids, query) };
+  } catch {
+    return undefined;
+  }
+}
+
+function itemKey(scope: string, resource: ResourceName, id: number): string {
+  return `${scope}|${resource}:${id}`;
+}
+
+function listKey(scope: string, req: CanonicalRequest): string {
+  const query =
+    req.query === ''
+      ? ''
+      : req.query
+          .split('&')
+          .filter((part) => !PAGING_PARAMS.has(part.slice(0, part.indexOf('='))))
+          .join('&');
+  return `${scope}|${req.op.id}|${req.op.pathIds.map((name) => req.ids[name]).join(',')}|${query}`;
+}
+
+function parsePage(entry: CacheEntry): ParsedPage | undefined {
+  const body = readBody(entry);
+  if (body === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+  if (parsed === null || typeof parsed !== 'object') return undefined;
+  const { page, per_page: perPage, total, result, expands } = parsed as Record<string, unknown>;
+  if (!(page === null || Number.isSafeInteger(page)) || !Number.isSafeInteger(perPage) || !Number.isSafeInteger(total)) return undefined;
+  if (!Array.isArray(result) || !result.every((item) => item !== null && typeof item === 'object' && Number.isSafeInteger((item as { id?: unknown }).id))) {
+    return undefined;
+  }
+  if (expands === null || typeof expands !== 'object' || Array.isArray(expands)) return undefined;
+  if (!Object.values(expands).every((objects) => Array.isArray(objects))) return undefined;
+  return {
+    page: page as number | null,
+    perPage: perPage as number,
+    total: total as number,
+    result: result as Record<string, unknown>[],
+    expands: expands as Record<string, unknown[]>,
+  };
+}
+
+function add(map: Map<string, Set<string>>, k: string, key: string): void {
+  let keys = map.get(k);
+  if (keys === undefined) map.set(k, (keys = new Set()));
+  keys.add(key);
+}
+
+function remove(map: Map<string, Set<string>>, k: string, key: string): void {
+  const keys = map.get(k);
+  if (keys === undefined) return;
+  keys.delete(key);
+  if (keys.size === 0) map.delete(k);
+}
