@@ -87,7 +87,7 @@ export async function runTeamDashboardsScenario(dir: string, options: TeamOption
   try {
     const { facts, members } = await makeTeam(emulator, biggest);
     for (const size of options.teams) {
-      for (const mode of ['user', 'project'] as const) runs.push(await runTeam(dir, emulator, facts, members.slice(0, size), mode, options));
+      for (const mode of ['user', 'project'] as const) runs.push(await runTeam(dir, emulator, { facts, members: members.slice(0, size) }, mode, options));
     }
   } finally {
     await emulator.proc.stop();
@@ -163,8 +163,7 @@ export interface TeamVariant {
 export async function runTeam(
   dir: string,
   emulator: Emulator,
-  facts: ProjectFacts,
-  members: TokenInfo[],
+  { facts, members }: { facts: ProjectFacts; members: TokenInfo[] },
   mode: 'user' | 'project',
   options: TeamOptions,
   variant: TeamVariant = { name: 'team', panels: teamPanels(facts), derive: true },

@@ -64,7 +64,7 @@ export async function runTeamDerivedScenario(dir: string, options: TeamOptions):
     for (const size of options.teams) {
       for (const mode of ['user', 'project'] as const) {
         for (const derive of [false, true]) {
-          const run = await runTeam(dir, emulator, facts, members.slice(0, size), mode, options, { name: 'team-derived', panels, derive });
+          const run = await runTeam(dir, emulator, { facts, members: members.slice(0, size) }, mode, options, { name: 'team-derived', panels, derive });
           runs.push({ ...run, derive });
         }
       }

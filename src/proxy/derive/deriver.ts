@@ -97,7 +97,7 @@ export class Deriver {
     const resource = ITEM_OF_LIST.get(op.id);
     if (resource !== undefined) {
       const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
-      return this.#derive(d, this.o.index.pagesHolding(d.scope, resource, id), now, facts, occasion, (source) => {
+      return this.#derive(d, this.o.index.pagesHolding(d.scope, resource, id), { now, facts, occasion }, (source) => {
         if (!coversExpands(source.req.expands, d.canonical.expands)) return undefined;
         const page = this.o.index.parsed(source.entry);
         const item = page?.result.find((x) => x['id'] === id);
@@ -106,7 +106,7 @@ export class Deriver {
     }
     if (op.envelope !== 'list') return undefined;
     const want = d.canonical;
-    return this.#derive(d, this.o.index.pagesOf(d.scope, want), now, facts, occasion, (source) => {
+    return this.#derive(d, this.o.index.pagesOf(d.scope, want), { now, facts, occasion }, (source) => {
       const page = source.key === d.key ? undefined : this.o.index.parsed(source.entry);
       // A list whose total is 0 answers any expands (each empty); otherwise the source must hold them.
       if (page === undefined || (page.total > 0 && !coversExpands(source.req.expands, want.expands))) return undefined;
@@ -122,11 +122,10 @@ export class Deriver {
   #derive(
     d: Decision,
     pages: readonly IndexedPage[],
-    now: number,
-    facts: Facts,
-    occasion: Occasion,
+    judged: { readonly now: number; readonly facts: Facts; readonly occasion: Occasion },
     bodyOf: (source: IndexedPage) => string | undefined,
   ): Derived | undefined {
+    const { now, facts, occasion } = judged;
     let confirm: Derived | undefined;
     const held = pages.filter((page) => this.o.peek(page.key) === page.entry).sort((a, b) => b.entry.storedAt - a.entry.storedAt);
     for (const source of held) {
