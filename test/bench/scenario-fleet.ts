@@ -22,7 +22,13 @@ export interface InstanceStats {
 
 export const instanceStats = async (em: Emulator): Promise<InstanceStats> => (await em.stats()) as unknown as InstanceStats;
 const members = (em: Emulator): TokenInfo[] => em.tokens.filter((t) => !t.is_admin && t.project_ids.length > 0);
-const coldPath = (t: TokenInfo, n: number): string => `/api/v1/projects/${t.project_ids[0]!}/runs?per_page=25&page=${n}`;
+/**
+ * The n-th distinct cold question of a member: its runs filtered by a creator who made none (an
+ * empty list). A filter, not a page: no cached answer derives it (derived answers never come from
+ * a list of other filters), so every one asks the instance.
+ */
+const coldPath = (t: TokenInfo, n: number): string => `/api/v1/projects/${t.project_ids[0]!}/runs?per_page=25&created_by=${COLD_CREATOR + n}`;
+const COLD_CREATOR = 1_000_000;
 
 /** `count` replicas of this build over one private redis-server, with `config`; all stopped when `fn` ends. */
 export async function withFleet<T>(em: Emulator, count: number, config: Record<string, unknown>, fn: (replicas: Server[]) => Promise<T>): Promise<T> {

@@ -119,8 +119,10 @@ async function statusOf(pool: Pool, path: string, token: string): Promise<string
  */
 async function floodAndVictim(proxy: Server, emulator: Emulator, out: { fairness?: FairnessFigure }): Promise<Record<string, number>> {
   const [flooder, victim] = twoMembers(emulator);
-  const floodPath = (n: number) => `/api/v1/projects/${flooder.project_ids[0]}/runs?per_page=25&page=${1_000 + n}`;
-  const victimPath = (i: number) => `/api/v1/projects/${victim.project_ids[0]}/runs?per_page=25&page=${i + 2}`;
+  // Distinct cold questions no cached answer derives (a filter by a creator who made no run, never
+  // another page of one list): every one a miss that asks the instance.
+  const floodPath = (n: number) => `/api/v1/projects/${flooder.project_ids[0]}/runs?per_page=25&created_by=${1_000_000 + n}`;
+  const victimPath = (i: number) => `/api/v1/projects/${victim.project_ids[0]}/runs?per_page=25&created_by=${2_000_000 + i}`;
   const floodPool = new Pool(proxy.url, { connections: FLOOD_CONCURRENT });
   const victimPool = new Pool(proxy.url, { connections: VICTIM_MISSES });
   const flood: string[] = [];

@@ -85,7 +85,7 @@ async function floodInTurn(em: Emulator, floods: readonly Flood[], i: number, vi
     await em.resetStats();
     const answered = await drive(one!.url, FLOOD_REQUESTS, AT_ONCE, flood.ask);
     const endedAt = performance.now();
-    const miss = await coldMiss(two!, `/api/v1/projects/${victim.project_ids[0]!}/runs?per_page=25&page=${500_000 + i}`, victim.token);
+    const miss = await coldMiss(two!, `/api/v1/projects/${victim.project_ids[0]!}/runs?per_page=25&created_by=${3_000_000 + i}`, victim.token);
     const instance = await instanceStats(em);
     const rateAtOnceRps = await metricSum(two!, RATE_GAUGE);
     await em.faults({});
