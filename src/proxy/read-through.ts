@@ -240,13 +240,7 @@ export class ReadThrough {
   #proveOrWait(d: Decision, found: Found | undefined, now: number): Served | Promise<Served> {
     const proofs = this.o.proofs;
     const pending = d.request.proofWaited ? undefined : proofs.provingNow(d);
-    if (pending !== undefined) {
-      d.request.proofWaited = true;
-      return pending.then(
-        (proven) => this.#afterProof(d, proven),
-        () => this.serve(d, this.o.now()),
-      );
-    }
+    if (pending !== undefined) return this.#afterWaitingOn(d, pending);
     // This request proves it: judged again later (another replica's fill waited for), it never waits on its own proof.
     d.request.proofWaited = true;
     proofs.fillingOwn();
@@ -396,6 +390,7 @@ export class ReadThrough {
     return this.#confirmAndServe(d, found, projectId);
   }
 
+  /** A proof of this member's under way, waited for (once: `proofWaited`), then judged again (`#afterProof`); one refused or failed, judged again all the same. */
   async #afterWaitingOn(d: Decision, proof: Promise<unknown>): Promise<Served> {
     d.request.proofWaited = true;
     return this.#afterProof(d, await proof.catch(() => undefined));
