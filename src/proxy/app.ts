@@ -44,6 +44,7 @@ import { AreaGrants } from './callers/access-grants.js';
 import type { SharedTierBudget } from '../cache/budget.js';
 import { RetryAfterGate } from './callers/retry-after.js';
 import { Refreshers } from './callers/refreshers.js';
+import type { Caller } from './callers/caller.js';
 import { RouteMemo } from './route-memo.js';
 import type { MemoFigures } from '../ops/metrics.js';
 
@@ -233,7 +234,9 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     bus: deps.bus,
     now,
   });
-  const projects = new ProjectAccess({ confirmMs: config.access.projectConfirmMs, upstream: deps.upstream, shared: deps.shared, now });
+  const renewIdentity = (authorization: string, caller: Caller, askedAt: number, budget?: SharedTierBudget): void =>
+    identity.renew(authorization, caller, askedAt, budget);
+  const projects = new ProjectAccess({ confirmMs: config.access.projectConfirmMs, upstream: deps.upstream, shared: deps.shared, renewIdentity, now });
   // Sharing by project: the members whose credentials a shared entry's refresh may be asked under (refreshers.ts).
   const refreshers =
     config.cache.sharing === 'project'
@@ -277,7 +280,7 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
       grants,
       refreshers,
       events: deps.sharing,
-      renewIdentity: (authorization, caller, askedAt, budget) => identity.renew(authorization, caller, askedAt, budget),
+      renewIdentity,
       findPlace: config.cache.sharing === 'project' && deps.shared ? placeFromShared(deps.shared, policy) : undefined,
     }),
     staleOnOutage: config.identity.staleOnOutage,

@@ -33,8 +33,10 @@ function setup(respond: () => Promise<UpstreamResponse>) {
   const paths: string[] = [];
   const upstream: Upstream = { get: async (path) => (paths.push(path), respond()), close: async () => undefined };
   const shared = fakeShared();
-  const access = new ProjectAccess({ confirmMs: CONFIRM_MS, upstream, shared, now: () => clock.t });
-  return { clock, paths, shared, access };
+  const renewed: [authorization: string, caller: Caller, askedAt: number][] = [];
+  const renewIdentity = (authorization: string, who: Caller, askedAt: number): void => void renewed.push([authorization, who, askedAt]);
+  const access = new ProjectAccess({ confirmMs: CONFIRM_MS, upstream, shared, renewIdentity, now: () => clock.t });
+  return { clock, paths, shared, access, renewed };
 }
 
 describe('ProjectAccess', () => {
@@ -46,6 +48,24 @@ describe('ProjectAccess', () => {
     expect(access.isConfirmed(2, 5, clock.t + CONFIRM_MS - 1)).toBe(true);
     expect(access.isConfirmed(2, 5, clock.t + CONFIRM_MS)).toBe(false);
     expect(access.isConfirmed(3, 5, clock.t)).toBe(false);
+  });
+
+  it("renews the credential's identity from the question on a 200, and only then", async () => {
+    const ok = setup(async () => {
+      ok.clock.t += 150;
+      return answer(200);
+    });
+    await ok.access.confirm(caller, 'Bearer A', 5);
+    expect(ok.renewed).toEqual([['Bearer A', caller, T0]]);
+
+    const refused = setup(async () => answer(403));
+    await refused.access.confirm(caller, 'Bearer A', 5);
+    const failed = setup(async () => answer(503));
+    await failed.access.confirm(caller, 'Bearer A', 5);
+    const shared = setup(async () => answer(200));
+    shared.shared.values.set('project-access:2:5', T0 + 10_000);
+    await shared.access.confirm(caller, 'Bearer A', 5);
+    expect([refused.renewed, failed.renewed, shared.renewed]).toEqual([[], [], []]);
   });
 
   it('takes a confirmation another replica shared, until its own expiry, without asking upstream', async () => {

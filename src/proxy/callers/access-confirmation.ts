@@ -48,6 +48,11 @@ export interface ProjectAccessOptions {
   readonly confirmMs: number;
   readonly upstream: Upstream;
   readonly shared?: SharedStore | undefined;
+  /**
+   * A confirmation's 200 was asked with this credential at `askedAt`: the token was live then, and
+   * its identity is renewed from then (identity.ts `renew`), as by any other 200 the instance gives it.
+   */
+  readonly renewIdentity?: ((authorization: string, caller: Caller, askedAt: number, budget?: SharedTierBudget) => void) | undefined;
   readonly now: () => number;
 }
 
@@ -101,12 +106,11 @@ export class ProjectAccess {
   /** Confirms through the shared store, else one upstream request; coalesced per user and project. */
   confirm(caller: Caller, authorization: string, projectId: number, budget?: SharedTierBudget): Promise<Confirmation> {
     const key = `${caller.userId}:${projectId}`;
-    const userId = caller.userId;
     return this.#confirming.run({
       key,
       budget,
-      lookup: () => this.#sharedConfirmation(userId, projectId, key, budget),
-      produce: () => this.#ask(userId, authorization, projectId, key, budget),
+      lookup: () => this.#sharedConfirmation(caller.userId, projectId, key, budget),
+      produce: () => this.#ask({ caller, authorization }, projectId, key, budget),
     }).promise;
   }
 
@@ -125,7 +129,14 @@ export class ProjectAccess {
   }
 
   /** GET /projects/{id} with the user's own credential. */
-  async #ask(userId: number, authorization: string, projectId: number, key: string, budget: SharedTierBudget | undefined): Promise<Confirmation> {
+  async #ask(
+    who: { readonly caller: Caller; readonly authorization: string },
+    projectId: number,
+    key: string,
+    budget: SharedTierBudget | undefined,
+  ): Promise<Confirmation> {
+    const { caller, authorization } = who;
+    const userId = caller.userId;
     const askedAt = this.o.now();
     let res: UpstreamResponse;
     try {
@@ -140,6 +151,9 @@ export class ProjectAccess {
     const answer = classifyAnswer(res);
     if (answer === 'ok') {
       this.renew(userId, projectId, askedAt, budget);
+      // The credential's identity too: a member polling the team's entries, confirmed every
+      // projectConfirmMs, then never has a GET /user of their own asked inside a poll.
+      this.o.renewIdentity?.(authorization, caller, askedAt, budget);
       return CONFIRMED;
     }
     // The instance hides the project (404) or refuses it (403): the user may not see it.
