@@ -23,6 +23,11 @@ export class Coalescer<T> {
     return this.#inFlight.has(key);
   }
 
+  /** The run in flight for `key`, to wait on without joining it; undefined when none is. */
+  running(key: string): Promise<T> | undefined {
+    return this.#inFlight.get(key);
+  }
+
   run(key: string, fn: () => Promise<T>): CoalescedRun<T> {
     const running = this.#inFlight.get(key);
     if (running) return { promise: running, leader: false };

@@ -130,6 +130,11 @@ export class Filler<R> {
     return this.#fill.isRunning(fillKey);
   }
 
+  /** The fill of `fillKey` running on this replica, to wait on (a derived answer's source being refreshed); undefined when none is. */
+  running(fillKey: string): Promise<unknown> | undefined {
+    return this.#fill.running(fillKey);
+  }
+
   /** Runs the job on its own, not coalesced (a caller that must be judged by its own answer). */
   runAlone(job: FillJob<R>): Promise<FillResult<R>> {
     return this.#fill.runAlone(this.#shared(job));

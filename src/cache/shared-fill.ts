@@ -140,6 +140,11 @@ export class SharedFill<V, R> {
     return this.#coalescer.isInFlight(key);
   }
 
+  /** The run of `key` in flight on this replica, to wait on; undefined when none is. */
+  running(key: string): Promise<R> | undefined {
+    return this.#coalescer.running(key);
+  }
+
   async #fill(job: SharedFillJob<V, R>): Promise<R> {
     if (job.lookup !== undefined) {
       const found = await job.lookup();

@@ -65,6 +65,8 @@ export interface RequestState extends SharedTierBudget {
   ownWaited: boolean;
   /** A member without proof who waited for their proof of the area under way (another question's), or is proving it: they do not wait (again). */
   proofWaited: boolean;
+  /** A derivable question that waited for its source's fill under way (read-through.ts): it does not wait again. */
+  sourceWaited: boolean;
   /** Set by the fill this request leads: how long the upstream took (ms), for its access log line. */
   upstreamMs: number | undefined;
   /** What gates the Decision that answers: the first one's, or `decideOwn`'s (Cache-Status, the access log). */
@@ -188,6 +190,7 @@ export function decide(
   into.unplaced = gate === 'project' && o.sharing === 'project' ? route.placedBy : undefined;
   into.ownWaited = false;
   into.proofWaited = false;
+  into.sourceWaited = false;
   into.answeredGate = gate;
   into.request = into;
   return into;
@@ -220,7 +223,11 @@ export function decidePlaced(d: Decision, projectOfResource: DecideOptions['proj
 
 /** The decision alone, apart from the request's exchange (which holds the request and its socket), with a request state of its own (refresh-ahead.ts). */
 export function detachedDecision(d: Decision): Decision {
-  return copyOf(d, { ownWaited: false, proofWaited: false, upstreamMs: undefined, sharedTierSpent: false, answeredGate: d.gate, prefetched: undefined }, {});
+  return copyOf(
+    d,
+    { ownWaited: false, proofWaited: false, sourceWaited: false, upstreamMs: undefined, sharedTierSpent: false, answeredGate: d.gate, prefetched: undefined },
+    {},
+  );
 }
 
 /** Every field of a Decision, taken from `d` unless `changes` says otherwise. */

@@ -63,6 +63,7 @@ export class Exchange implements Decision, RequestState, RequestRecord, Forwarde
   request: RequestState = this;
   ownWaited = false;
   proofWaited = false;
+  sourceWaited = false;
   answeredGate: EntryGate | undefined = undefined;
   prefetched: UpstreamResponse | undefined = undefined;
 

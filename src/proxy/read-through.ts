@@ -156,7 +156,8 @@ export class ReadThrough {
         if (derived !== undefined && derived.kind !== 'confirm-access') return derived;
         this.o.proofs.servedStale(d, now);
         // Every stale hit until the refresh lands comes here: the job is built only for the first.
-        if (!this.#filler.isRunning(d.fillKey))
+        // None while a source it is derived from is being refreshed: the next read derives it.
+        if (!this.#filler.isRunning(d.fillKey) && this.#sourceInFlight(d, now) === undefined)
           this.#filler.run(this.#job(d, 'fill', 'background')).promise.catch((err: unknown) => this.#backgroundFailed(err, d.key));
         return { kind: 'entry', entry: found!.entry, outcome: { kind: 'stale', tier: found!.tier, detail: 'stale-while-revalidate' } };
       }
@@ -174,6 +175,9 @@ export class ReadThrough {
         // Nothing fresh held: a derived answer (derive/deriver.ts) spares the instance, when one is certain.
         const derived = verdict.kind === 'fill' && occasion === 'lookup' ? this.o.deriver?.answer(d, now, this.#facts) : undefined;
         if (derived !== undefined) return derived.kind === 'confirm-access' ? this.#confirmThenDerive(d, found, derived.projectId) : derived;
+        // A source that would answer it once fresh is being refreshed: waited for (once), then derived from.
+        const source = verdict.kind === 'fill' && occasion === 'lookup' && !d.request.sourceWaited ? this.#sourceInFlight(d, now) : undefined;
+        if (source !== undefined) return this.#afterSource(d, source);
         if (d.unplaced !== undefined && this.o.proofs.findPlace !== undefined) return this.#placeThenFill(d, found, now, verdict.kind);
         return this.#fillAndServe(d, found, now, verdict.kind);
       }
@@ -202,6 +206,20 @@ export class ReadThrough {
         return false;
       },
     });
+  }
+
+  /** A fill under way of a source `d` is derived from once fresh (derive/deriver.ts `sourceInFlight`); undefined when none is. */
+  #sourceInFlight(d: Decision, now: number): Promise<unknown> | undefined {
+    return this.o.deriver?.sourceInFlight(d, now, this.#facts, (key) => this.#filler.running(key));
+  }
+
+  /** Judged again once the source's fill settled (derived from its answer, most often; else filled), without waiting again. */
+  async #afterSource(d: Decision, source: Promise<unknown>): Promise<Served> {
+    d.request.sourceWaited = true;
+    await source.catch(() => undefined);
+    // A list stored is indexed in the tick after (cache/derive/index.ts): judged once it is.
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    return this.serve(d, this.o.now());
   }
 
   /** A background refresh that failed; one the budget had no token for is no error (the stale entry served meanwhile is marked). */
@@ -284,6 +302,7 @@ export class ReadThrough {
     const standing: Standing = how === 'fill-own' ? 'unproven' : how === 'fill-unconfirmed' ? 'unconfirmed' : 'confirmed';
     const job = this.#job(d, how, 'client', found !== undefined);
     const run = this.#filler.run(job);
+    if (run.leader && job.key === d.key) this.o.deriver?.filling(d, run.promise);
     let result: FillResult<Unstored>;
     try {
       result = await this.#resultFor(d, job, run);

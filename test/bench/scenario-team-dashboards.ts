@@ -158,6 +158,8 @@ export interface TeamVariant {
   readonly name: string;
   readonly panels: readonly string[];
   readonly derive: boolean;
+  /** `access.projectConfirmMs` before the time scale, when not the default (a variant that shows what it costs). */
+  readonly projectConfirmMs?: number;
 }
 
 export async function runTeam(
@@ -172,14 +174,15 @@ export async function runTeam(
   const ttlMs = DEFAULTS.ttlMs * s;
   const pollMs = POLL_MS * s;
   const periodMs = ttlMs + DEFAULTS.staleWhileRevalidateMs * s;
-  const config = writeConfig(dir, `${variant.name}-${members.length}-${mode}-${variant.derive ? 'derive' : 'no-derive'}`, {
+  const confirmMs = variant.projectConfirmMs ?? DEFAULTS.projectConfirmMs;
+  const config = writeConfig(dir, `${variant.name}-${members.length}-${mode}-${variant.derive ? 'derive' : 'no-derive'}-${confirmMs}`, {
     cache: {
       sharing: mode,
       derive: { enabled: variant.derive },
       freshness: { default: { ttlMs, staleWhileRevalidateMs: DEFAULTS.staleWhileRevalidateMs * s } },
     },
     identity: { ttlMs: DEFAULTS.identityTtlMs * s },
-    access: { projectConfirmMs: DEFAULTS.projectConfirmMs * s, grantTtlMs: DEFAULTS.grantTtlMs * s },
+    access: { projectConfirmMs: confirmMs * s, grantTtlMs: DEFAULTS.grantTtlMs * s },
   });
   const proxy = await startTmCache(emulator.url, { name: `tm-cache (team ${members.length}, ${mode})`, env: { TM_CACHE_CONFIG: config } });
   const pool = new Pool(proxy.url, { connections: 64 });

@@ -223,3 +223,64 @@ describe('marking', () => {
     expect(metrics).not.toContain(member.token);
   });
 });
+
+describe('a list and the questions it answers, asked together (a dashboard opening)', () => {
+  it("the items and the smaller page wait for the list's fill under way and are derived from it: one request reaches the instance", async () => {
+    const own = await startTestProxy(em.url);
+    try {
+      await proveAreas(own, member.token, member.projectId);
+      const list = `/api/v1/projects/${member.projectId}/runs?is_closed=0&per_page=25&expands=statuses`;
+      const smaller = `/api/v1/projects/${member.projectId}/runs?is_closed=0&per_page=15&expands=statuses`;
+      const ids = ((await direct(em, list, member.token)) as { result: { id: number }[] }).result.slice(0, 3).map((r) => r.id);
+      expect(ids).toHaveLength(3);
+      const items = ids.map((id) => `/api/v1/runs/${id}?expands=statuses`);
+      await em.faults({ latency_ms: 300 });
+      const before = await em.stats();
+      const listAnswer = own.get(list, member.token);
+      // The list's request first, as a dashboard's first panel; the others while it is at the instance.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const answers = await Promise.all([...items, smaller].map((path) => own.get(path, member.token)));
+      expect((await listAnswer).status).toBe(200);
+      const after = await em.stats();
+      await em.clearFaults();
+      const reached = (route: string) => (after.by_route[route] ?? 0) - (before.by_route[route] ?? 0);
+      expect(reached('GET /api/v1/projects/{project_id}/runs')).toBe(1);
+      expect(reached('GET /api/v1/runs/{run_id}')).toBe(0);
+      for (const [i, path] of [...items, smaller].entries()) {
+        expect(String(answers[i]!.headers['cache-status']), path).toContain('detail=derived');
+        expect(answers[i]!.json()).toEqual(await direct(em, path, member.token));
+      }
+    } finally {
+      await em.clearFaults();
+      await own.close();
+    }
+  });
+
+  it("an item the list under way turns out not to hold: asked of the instance once the list is in, the instance's answer", async () => {
+    const own = await startTestProxy(em.url);
+    try {
+      await proveAreas(own, member.token, member.projectId);
+      const list = `/api/v1/projects/${member.projectId}/runs?is_closed=1&per_page=15&order=asc`;
+      const ids = async (path: string) => ((await direct(em, path, member.token)) as { result: { id: number }[] }).result.map((r) => r.id);
+      // An open run, so not in the list of closed ones, nor in the page of runs proveAreas read.
+      const proven = new Set(await ids(`/api/v1/projects/${member.projectId}/runs?per_page=15`));
+      const open = (await ids(`/api/v1/projects/${member.projectId}/runs?is_closed=0&per_page=100&order=asc`)).find((id) => !proven.has(id));
+      expect(open).toBeDefined();
+      const item = `/api/v1/runs/${open!}`;
+      await em.faults({ latency_ms: 300 });
+      const before = await em.stats();
+      const listAnswer = own.get(list, member.token);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const answer = await own.get(item, member.token);
+      expect((await listAnswer).status).toBe(200);
+      const after = await em.stats();
+      await em.clearFaults();
+      expect((after.by_route['GET /api/v1/runs/{run_id}'] ?? 0) - (before.by_route['GET /api/v1/runs/{run_id}'] ?? 0)).toBe(1);
+      expect(String(answer.headers['cache-status'])).not.toContain('detail=derived');
+      expect(answer.json()).toEqual(await direct(em, item, member.token));
+    } finally {
+      await em.clearFaults();
+      await own.close();
+    }
+  });
+});

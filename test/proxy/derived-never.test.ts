@@ -139,6 +139,40 @@ describe('on a proxy of its own', () => {
     }
   });
 
+  it("not from a stale source, but from its refresh under way: waited for, then derived; a stale item's own refresh is not asked meanwhile", async () => {
+    let offsetMs = 0;
+    // Confirmations outlive the step in time, so that the stale list is served (and refreshed) in either mode.
+    const stepped = await startTestProxy(em.url, { access: { projectConfirmMs: 600_000 } }, () => Date.now() + offsetMs);
+    const reached = async (before: Awaited<ReturnType<TestEmulator['stats']>>, route: string) =>
+      ((await em.stats()).by_route[route] ?? 0) - (before.by_route[route] ?? 0);
+    try {
+      await proveAreas(stepped, a, projectId);
+      await stepped.get(runs('per_page=100'), a);
+      const held = `/api/v1/runs/${runIds[4]!}`;
+      // An item with an entry of its own (a client's no-cache fills it from the instance).
+      expect((await stepped.get(held, a, { 'cache-control': 'no-cache' })).status).toBe(200);
+      offsetMs = 31_000; // past the default 30 s freshness, within its 30 s stale-while-revalidate
+      await em.faults({ latency_ms: 400 });
+      const before = await em.stats();
+      const stale = await stepped.get(runs('per_page=100'), a);
+      expect(String(stale.headers['cache-status'])).toContain('stale-while-revalidate');
+      const [missed, staleItem] = await Promise.all([stepped.get(`/api/v1/runs/${runIds[2]!}`, a), stepped.get(held, a)]);
+      expect(String(missed.headers['cache-status'])).toContain('detail=derived');
+      expect(String(staleItem.headers['cache-status'])).toContain('stale-while-revalidate');
+      const derivedLater = await stepped.get(held, a);
+      expect(String(derivedLater.headers['cache-status'])).toContain('detail=derived');
+      // Counted before the answers are checked against the instance's own (which asks it directly).
+      expect(await reached(before, 'GET /api/v1/runs/{run_id}')).toBe(0);
+      expect(await reached(before, 'GET /api/v1/projects/{project_id}/runs')).toBe(1);
+      await em.clearFaults();
+      expect(missed.json()).toEqual(await direct(em, `/api/v1/runs/${runIds[2]!}`, a));
+      expect(derivedLater.json()).toEqual(await direct(em, held, a));
+    } finally {
+      await em.clearFaults();
+      await stepped.close();
+    }
+  });
+
   it("from a fresh source whose project access lapsed: confirmed first, as for a hit, in user mode; a member's question goes to the instance", async () => {
     let offsetMs = 0;
     const stepped = await startTestProxy(em.url, { access: { projectConfirmMs: 1_000 } }, () => Date.now() + offsetMs);

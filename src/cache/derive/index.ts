@@ -198,7 +198,8 @@ function itemKey(scope: string, resource: ResourceName, id: number): string {
   return `${scope}|${resource}:${id}`;
 }
 
-function listKey(scope: string, req: CanonicalRequest): string {
+/** What pages of one list share: the scope, operation, path ids, filters, sort and order (every parameter but paging and expands). */
+export function listKey(scope: string, req: CanonicalRequest): string {
   const query =
     req.query === ''
       ? ''

@@ -16,6 +16,11 @@ export function coversExpands(had: readonly ExpandType[], wanted: readonly Expan
   return wanted.every((type) => had.includes(type));
 }
 
+/** Whether the page `had` asks for spans the whole range of the page `want` asks for (the same list), whatever the list's total. */
+export function coversRange(had: CanonicalRequest, want: CanonicalRequest): boolean {
+  return (had.page - 1) * had.perPage <= (want.page - 1) * want.perPage && want.page * want.perPage <= had.page * had.perPage;
+}
+
 /**
  * `{"result": item, "expands": {...}}`: one resource of `source`, with the expands `wanted`
  * (the source holds each of them: `coversExpands`). Undefined when a type cannot be narrowed.

@@ -21,14 +21,15 @@
  */
 import { LRUCache } from 'lru-cache';
 import { OPERATIONS, RESOURCES, type Operation, type OperationId, type ResourceName } from '../../api/catalogue.js';
-import type { DerivationIndex, IndexedPage } from '../../cache/derive/index.js';
+import { listKey, type DerivationIndex, type IndexedPage } from '../../cache/derive/index.js';
+import type { CanonicalRequest } from '../../api/normalize.js';
 import { isFresh, type CacheEntry } from '../../cache/entry.js';
 import type { CacheOutcome } from '../../cache/outcome.js';
 import type { Decision } from '../decide.js';
 import { judge, type Facts, type Occasion, type Verdict } from '../judge.js';
 import type { Served } from '../respond/served.js';
 import { etagOf } from '../storable.js';
-import { coversExpands, itemBody, pageBody } from './answers.js';
+import { coversExpands, coversRange, itemBody, pageBody } from './answers.js';
 
 /** A derived answer, or the confirmation of the caller's access to its source's project it waits for. */
 export type Derived = Served | Extract<Verdict, { kind: 'confirm-access' }>;
@@ -63,8 +64,22 @@ function hasList(op: Operation): boolean {
   return OPERATIONS.some((list) => list.envelope === 'list' && list.resource === op.resource);
 }
 
+/** A list page being filled on this replica: its question, and the fill, settled once its answer is stored (or refused). */
+interface Filling {
+  readonly req: CanonicalRequest;
+  readonly fill: Promise<unknown>;
+}
+
+/** The candidate sources of a question, and the body each would make of it (undefined: it does not answer it). */
+interface Plan {
+  readonly pages: readonly IndexedPage[];
+  readonly bodyOf: (source: IndexedPage) => string | undefined;
+}
+
 export class Deriver {
   readonly #derived = new LRUCache<string, { readonly source: CacheEntry; readonly entry: CacheEntry }>({ max: DERIVED_KEPT });
+  /** List pages being filled, by `<scope>|<resource>` then key: what a question of one of its items, or another page of it, waits on. */
+  readonly #filling = new Map<string, Map<string, Filling>>();
 
   constructor(private readonly o: DeriverOptions) {}
 
@@ -90,28 +105,96 @@ export class Deriver {
   }
 
   #answer(d: Decision, now: number, facts: Facts, occasion: Occasion): Derived | undefined {
-    // A question keyed on a browser's Origin (its key longer than scope and suffix) is never derived: its answer may name that origin.
-    if (!d.mayRead || d.noCache || d.key.length !== d.scope.length + d.route.suffix.length) return undefined;
+    const plan = this.#plan(d);
+    return plan === undefined ? undefined : this.#derive(d, plan, { now, facts, occasion });
+  }
+
+  /**
+   * A fill under way on this replica of a source that would answer `d` once fresh: a page memory
+   * holds whose body answers the question and that this caller would be served but for its age
+   * (judge.ts: fresh, or stale while revalidated). A question that would otherwise ask the
+   * instance, or refresh its own entry, waits on it instead; undefined when none is. Counts nothing.
+   */
+  sourceInFlight(d: Decision, now: number, facts: Facts, running: (key: string) => Promise<unknown> | undefined): Promise<unknown> | undefined {
+    const plan = this.#plan(d);
+    if (plan === undefined) return undefined;
+    for (const source of plan.pages) {
+      const pending = this.o.peek(source.key) === source.entry ? running(source.key) : undefined;
+      if (pending === undefined) continue;
+      const verdict = judge(d, { entry: source.entry, tier: 'memory' }, now, facts, 'lookup');
+      if ((verdict.kind === 'fresh' || verdict.kind === 'stale-while-revalidate') && plan.bodyOf(source) !== undefined) return pending;
+    }
+    return this.#fillingSource(d);
+  }
+
+  /**
+   * A fill of `d` (a list page) began on this replica (it leads it): until it settles, a question
+   * of an item of its resource, or a page of the same list of another size, in the same scope,
+   * waits for it rather than ask the instance (`sourceInFlight`). Nothing for other questions.
+   */
+  filling(d: Decision, fill: Promise<unknown>): void {
+    if (d.canonical.op.envelope !== 'list' || !mayDerive(d)) return;
+    const where = `${d.scope}|${d.canonical.op.resource}`;
+    let fills = this.#filling.get(where);
+    if (fills === undefined) this.#filling.set(where, (fills = new Map()));
+    const filling: Filling = { req: d.canonical, fill };
+    fills.set(d.key, filling);
+    const done = (): void => {
+      if (fills.get(d.key) !== filling) return;
+      fills.delete(d.key);
+      if (fills.size === 0 && this.#filling.get(where) === fills) this.#filling.delete(where);
+    };
+    fill.then(done, done);
+  }
+
+  /**
+   * A list page being filled in `d`'s scope that may answer it: one of its resource's lists with
+   * the expands asked for (for an item: a dashboard asks a list and its items together, and the
+   * list most often holds them), or a page of the same list whose range spans the one asked for.
+   * Judged again once it is stored: derived from it when it answers.
+   */
+  #fillingSource(d: Decision): Promise<unknown> | undefined {
+    const want = d.canonical;
+    const resource = ITEM_OF_LIST.get(want.op.id) ?? (want.op.envelope === 'list' ? want.op.resource : undefined);
+    const fills = resource === undefined ? undefined : this.#filling.get(`${d.scope}|${resource}`);
+    if (fills === undefined) return undefined;
+    const list = want.op.envelope === 'list' ? listKey(d.scope, want) : undefined;
+    for (const [key, filling] of fills) {
+      if (key === d.key || !coversExpands(filling.req.expands, want.expands)) continue;
+      if (list === undefined || (listKey(d.scope, filling.req) === list && coversRange(filling.req, want))) return filling.fill;
+    }
+    return undefined;
+  }
+
+  /** The pages that may answer `d` and how each would (undefined: none may, the question is never derived). */
+  #plan(d: Decision): Plan | undefined {
+    if (!mayDerive(d)) return undefined;
     const op = d.canonical.op;
     if (op.envelope === 'list') this.o.index.asking(d.route.suffix, d.canonical);
     const resource = ITEM_OF_LIST.get(op.id);
     if (resource !== undefined) {
       const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
-      return this.#derive(d, this.o.index.pagesHolding(d.scope, resource, id), { now, facts, occasion }, (source) => {
-        if (!coversExpands(source.req.expands, d.canonical.expands)) return undefined;
-        const page = this.o.index.parsed(source.entry);
-        const item = page?.result.find((x) => x['id'] === id);
-        return item === undefined ? undefined : itemBody(resource, page!, item, d.canonical.expands);
-      });
+      return {
+        pages: this.o.index.pagesHolding(d.scope, resource, id),
+        bodyOf: (source) => {
+          if (!coversExpands(source.req.expands, d.canonical.expands)) return undefined;
+          const page = this.o.index.parsed(source.entry);
+          const item = page?.result.find((x) => x['id'] === id);
+          return item === undefined ? undefined : itemBody(resource, page!, item, d.canonical.expands);
+        },
+      };
     }
     if (op.envelope !== 'list') return undefined;
     const want = d.canonical;
-    return this.#derive(d, this.o.index.pagesOf(d.scope, want), { now, facts, occasion }, (source) => {
-      const page = source.key === d.key ? undefined : this.o.index.parsed(source.entry);
-      // A list whose total is 0 answers any expands (each empty); otherwise the source must hold them.
-      if (page === undefined || (page.total > 0 && !coversExpands(source.req.expands, want.expands))) return undefined;
-      return pageBody(want.op.resource, page, source.req, want);
-    });
+    return {
+      pages: this.o.index.pagesOf(d.scope, want),
+      bodyOf: (source) => {
+        const page = source.key === d.key ? undefined : this.o.index.parsed(source.entry);
+        // A list whose total is 0 answers any expands (each empty); otherwise the source must hold them.
+        if (page === undefined || (page.total > 0 && !coversExpands(source.req.expands, want.expands))) return undefined;
+        return pageBody(want.op.resource, page, source.req, want);
+      },
+    };
   }
 
   /**
@@ -119,13 +202,9 @@ export class Deriver {
    * served fresh if it were held for the question itself (judge.ts, on the question's decision)
    * and that makes a body; else the confirmation one of them waits for, if any.
    */
-  #derive(
-    d: Decision,
-    pages: readonly IndexedPage[],
-    judged: { readonly now: number; readonly facts: Facts; readonly occasion: Occasion },
-    bodyOf: (source: IndexedPage) => string | undefined,
-  ): Derived | undefined {
+  #derive(d: Decision, plan: Plan, judged: { readonly now: number; readonly facts: Facts; readonly occasion: Occasion }): Derived | undefined {
     const { now, facts, occasion } = judged;
+    const { pages, bodyOf } = plan;
     let confirm: Derived | undefined;
     const held = pages.filter((page) => this.o.peek(page.key) === page.entry).sort((a, b) => b.entry.storedAt - a.entry.storedAt);
     for (const source of held) {
@@ -149,6 +228,11 @@ export class Deriver {
     }
     return { kind: 'entry', entry, outcome: DERIVED };
   }
+}
+
+/** A question keyed on a browser's Origin (its key longer than scope and suffix) is never derived, nor a source: its answer may name that origin. */
+function mayDerive(d: Decision): boolean {
+  return d.mayRead && !d.noCache && d.key.length === d.scope.length + d.route.suffix.length;
 }
 
 /** The derived answer as an entry: the source's headers, times and tags, its own body and ETag (made as storable.ts makes one). */
