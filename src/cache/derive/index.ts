@@ -8,8 +8,10 @@
  * LRU. A list stored is indexed just after the tick that stored it (`setImmediate`), so that the
  * parse of its body (one JSON parse per list entry stored, never on a memory hit) does not delay
  * the answer that brought it; the parsed page is kept in a small memo, since the questions it
- * answers tend to follow it. What it indexes is what this replica's memory holds: an entry another
- * replica stored in Redis is indexed once this replica reads it (a Redis hit is kept in memory).
+ * answers tend to follow it. What it indexes is what this replica's memory holds; across
+ * replicas, the Redis tier records each list page it writes under the names given here
+ * (`sharedNames`, redis/derive-sets.ts), and a replica reads such a page as a source
+ * (`pageOf`, derive/deriver.ts `answerShared`), then holds it in memory and indexes it here.
  *
  * A key whose query is too long to keep inline is hashed (key.ts): its question is the one seen on
  * its way to the instance (`asking`), and one this replica never asked (another replica's, read

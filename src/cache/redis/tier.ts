@@ -1,6 +1,6 @@
 /**
- * The shared tier: cache entries in Redis (compressed, optionally encrypted: codec.ts) and a
- * set per tag, over the connection all Redis roles share (redis-connection.ts). Entries only:
+ * The shared tier: cache entries in Redis (compressed, optionally encrypted: codec.ts), a set
+ * per tag, and the sets of pages that can derive answers (derive-sets.ts), over the connection all Redis roles share (redis-connection.ts). Entries only:
  * the fill lock, shared values, secrets and the invalidation channel are their own roles
  * (redis.ts builds them all).
  *

@@ -13,7 +13,9 @@
  * question itself: it is served only when that verdict is `fresh`, so whatever refuses the
  * source to this caller (an unconfirmed access, a member without a grant for every area the
  * derived answer reveals, a client's no-cache, staleness) refuses the derived answer. It runs only
- * where the question would otherwise be filled from the instance; a hit never comes here.
+ * where the question would otherwise be filled from the instance; a hit never comes here. Sources
+ * are found in memory's index, else (`answerShared`) among the pages other replicas recorded in
+ * Redis under the question's name, read through the tiers and judged the same way.
  *
  * A derived answer is as old as its source (its Age, freshness and tags are the source's), it is
  * not stored (it goes with its source), and it is marked: `Cache-Status: tm-cache; hit; ...;
