@@ -20,6 +20,8 @@ import { createRedisRoles, type RedisRoles } from './cache/redis/roles.js';
 import { TieredCache, type RemoteClear, type TierList } from './cache/tiered.js';
 import type { Keyring } from './cache/redis/keyring.js';
 import type { HostPort } from './cache/redis/client.js';
+import type { RedisTier } from './cache/redis/tier.js';
+import type { SharedSources } from './proxy/derive/deriver.js';
 import { createMetrics, type Metrics } from './ops/metrics.js';
 import { buildManagement } from './ops/management.js';
 import { Recorder } from './ops/recorder.js';
@@ -90,6 +92,8 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     observer: derivations,
   });
   const tiers: TierList = redis ? [memory, redis.tier] : [memory];
+  // Across replicas: a list page written to Redis is recorded under what it can answer (redis/derive-sets.ts).
+  if (redis && derivations) redis.tier.recordDerivable((key, entry) => derivations.sharedNames(key, entry));
   const cache = new TieredCache({ tiers, now, ...(redis ? { bus: redis.bus } : {}), onRemoteClear: (why, entries) => logRemoteClear(logger, why, entries) });
   const stats = new RequestStats(now);
   // The budget's clock is monotonic and real (its bucket refills as time passes), plus any step an
@@ -148,6 +152,7 @@ export async function startProxy(config: Config, options: StartOptions): Promise
     budget,
     derivations,
     onDerived: (operation, rule) => metrics.derived(operation, rule),
+    sharedDerivations: redis && derivations ? sharedSources(redis.tier, cache) : undefined,
   });
   const app = proxy.app;
   metrics.watchServing({
@@ -320,6 +325,14 @@ function makeFleetBudget(
   }
   metrics.watchBudget(() => budget.snapshot());
   return budget;
+}
+
+/** Sources of derived answers other replicas stored: found in the Redis tier's sets, read through the tiers as any lookup. */
+function sharedSources(tier: RedisTier, cache: TieredCache): SharedSources {
+  return {
+    candidates: (name, query, budget) => tier.derivableFrom(name, query, budget),
+    read: async (key, now, budget) => (await cache.get(key, now, budget))?.entry,
+  };
 }
 
 function makeRedisRoles(config: Config, logger: Logger, now: () => number, onCommand: (kind: string, seconds: number) => void): RedisRoles {

@@ -38,7 +38,7 @@ import { OriginKeying } from './origin-keying.js';
 import { Pipeline, type Handler } from './pipeline.js';
 import { ReadThrough, type ReadCache } from './read-through.js';
 import type { DerivationIndex } from '../cache/derive/index.js';
-import { Deriver, type DeriverOptions } from './derive/deriver.js';
+import { Deriver, type DeriverOptions, type SharedSources } from './derive/deriver.js';
 import { ProofKeeper, type SharingEvents } from './callers/proofs.js';
 import { AreaGrants } from './callers/access-grants.js';
 import type { SharedTierBudget } from '../cache/budget.js';
@@ -97,6 +97,8 @@ export interface ProxyDeps {
   readonly derivations?: DerivationIndex | undefined;
   /** A derived answer was served (metrics). */
   readonly onDerived?: DeriverOptions['onDerived'];
+  /** The sources of derived answers other replicas stored in Redis (redis/derive-sets.ts); absent: this replica's memory alone. */
+  readonly sharedDerivations?: SharedSources | undefined;
 }
 
 const EMPTY_QUERY = Object.freeze({});
@@ -291,7 +293,9 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
     followMs,
     maxEntryBytes: deps.cache.maxEntryBytes,
     now,
-    deriver: deps.derivations && new Deriver({ index: deps.derivations, peek: (key) => deps.cache.peekMemory(key), onDerived: deps.onDerived }),
+    deriver:
+      deps.derivations &&
+      new Deriver({ index: deps.derivations, peek: (key) => deps.cache.peekMemory(key), onDerived: deps.onDerived, shared: deps.sharedDerivations }),
     // The key as describeKey shows it: a log line never carries a user id with a canonical query.
     refreshAheadStartAt: config.cache.refreshAhead.enabled ? config.cache.refreshAhead.startAt : undefined,
     mayRefreshAhead: deps.budget === undefined ? undefined : () => deps.budget!.pausedForMs() === 0,

@@ -173,15 +173,30 @@ export class ReadThrough {
       case 'fill-from-instance':
       case 'fill-unconfirmed': {
         // Nothing fresh held: a derived answer (derive/deriver.ts) spares the instance, when one is certain.
-        const derived = verdict.kind === 'fill' && occasion === 'lookup' ? this.o.deriver?.answer(d, now, this.#facts) : undefined;
+        const derivable = verdict.kind === 'fill' && occasion === 'lookup';
+        const derived = derivable ? this.o.deriver?.answer(d, now, this.#facts) : undefined;
         if (derived !== undefined) return derived.kind === 'confirm-access' ? this.#confirmThenDerive(d, found, derived.projectId) : derived;
-        // A source that would answer it once fresh is being refreshed: waited for (once), then derived from.
-        const source = verdict.kind === 'fill' && occasion === 'lookup' && !d.request.sourceWaited ? this.#sourceInFlight(d, now) : undefined;
+        // A source that would answer it once fresh is being filled or refreshed here: waited for (once), then derived from.
+        const source = derivable && !d.request.sourceWaited ? this.#sourceInFlight(d, now) : undefined;
         if (source !== undefined) return this.#afterSource(d, source);
-        if (d.unplaced !== undefined && this.o.proofs.findPlace !== undefined) return this.#placeThenFill(d, found, now, verdict.kind);
-        return this.#fillAndServe(d, found, now, verdict.kind);
+        // None in memory: one from a page another replica stored in Redis, when one is recorded there.
+        if (derivable && this.o.deriver?.asksShared(d) === true) return this.#deriveSharedOrFill(d, found, now, verdict.kind);
+        return this.#placeOrFill(d, found, now, verdict.kind);
       }
     }
+  }
+
+  /** A miss nothing derives: placed first when its project may be known elsewhere (sharing by project), then filled. */
+  #placeOrFill(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Served | Promise<Served> {
+    if (d.unplaced !== undefined && this.o.proofs.findPlace !== undefined) return this.#placeThenFill(d, found, now, how);
+    return this.#fillAndServe(d, found, now, how);
+  }
+
+  /** A derived answer from a source another replica stored (derive/deriver.ts `answerShared`), else the miss goes on as before. */
+  async #deriveSharedOrFill(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
+    const derived = await this.o.deriver!.answerShared(d, now, this.#facts);
+    if (derived !== undefined) return derived.kind === 'confirm-access' ? this.#confirmThenDerive(d, found, derived.projectId) : derived;
+    return this.#placeOrFill(d, found, this.o.now(), how);
   }
 
   /**
@@ -366,7 +381,11 @@ export class ReadThrough {
    */
   async #confirmThenDerive(d: Decision, found: Found | undefined, projectId: number): Promise<Served> {
     const confirmed = (await this.o.proofs.confirm(d, projectId)).kind === 'confirmed';
-    const derived = confirmed ? this.o.deriver!.answer(d, this.o.now(), this.#facts, 'access-confirmed') : undefined;
+    const deriver = this.o.deriver!;
+    // A source read from Redis is in memory by now, though perhaps not indexed yet: then found in Redis again.
+    const derived = confirmed
+      ? (deriver.answer(d, this.o.now(), this.#facts, 'access-confirmed') ?? (await deriver.answerShared(d, this.o.now(), this.#facts, 'access-confirmed')))
+      : undefined;
     return derived !== undefined && derived.kind !== 'confirm-access' ? derived : this.#fillAndServe(d, found, this.o.now(), 'fill');
   }
 

@@ -50,11 +50,11 @@ async function redisCheck(managementUrl: string): Promise<{ status: string; deta
   return ((await res.body.json()) as { checks: { redis: { status: string; detail?: string } } }).checks.redis;
 }
 
-/** A path no test has asked yet (a fresh question for every call). */
-let page = 0;
+/** A path no test has asked yet (a fresh question for every call): a list of its own (a page of a list held would be derived). */
+let creator = 0;
 function freshPath(projectId: number): string {
-  page += 1;
-  return `/api/v1/projects/${projectId}/runs?per_page=15&page=${page}`;
+  creator += 1;
+  return `/api/v1/projects/${projectId}/runs?per_page=15&created_by=${creator}`;
 }
 
 /**

@@ -34,7 +34,9 @@ async function dump(prefix: string): Promise<Dump> {
   const texts: string[] = [];
   for (const key of keys) {
     const type = await env.client.type(key);
-    // Strings (entries, identities), sets (tags), and the fleet budget's hash (rates and times, no caller's data): all read.
+    // Strings (entries, identities), sets (tags), sorted sets (the keys of the pages derived
+    // answers may come from, with their freshness), and the fleet budget's hash (rates and
+    // times, no caller's data): all read.
     const value =
       type === 'string'
         ? await env.client.getBuffer(key)
@@ -44,7 +46,9 @@ async function dump(prefix: string): Promise<Dump> {
                 .flat()
                 .join('\n'),
             )
-          : Buffer.from((await env.client.smembers(key)).join('\n'));
+          : type === 'zset'
+            ? Buffer.from((await env.client.zrange(key, 0, -1, 'WITHSCORES')).join('\n'))
+            : Buffer.from((await env.client.smembers(key)).join('\n'));
     if (value === null) continue;
     values.set(key, value);
     texts.push(value.toString('latin1'), ...gunzipEverywhere(value));

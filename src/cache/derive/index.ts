@@ -8,8 +8,10 @@
  * LRU. A list stored is indexed just after the tick that stored it (`setImmediate`), so that the
  * parse of its body (one JSON parse per list entry stored, never on a memory hit) does not delay
  * the answer that brought it; the parsed page is kept in a small memo, since the questions it
- * answers tend to follow it. What it indexes is what this replica's memory holds: an entry another
- * replica stored in Redis is indexed once this replica reads it (a Redis hit is kept in memory).
+ * answers tend to follow it. What it indexes is what this replica's memory holds; across
+ * replicas, the Redis tier records each list page it writes under the names given here
+ * (`sharedNames`, redis/derive-sets.ts), and a replica reads such a page as a source
+ * (`pageOf`, derive/deriver.ts `answerShared`), then holds it in memory and indexes it here.
  *
  * A key whose query is too long to keep inline is hashed (key.ts): its question is the one seen on
  * its way to the instance (`asking`), and one this replica never asked (another replica's, read
@@ -116,20 +118,46 @@ export class DerivationIndex implements MemoryObserver {
   }
 
   #index(key: string, entry: CacheEntry): void {
+    const indexed = this.pageOf(key, entry);
+    if (indexed === undefined) return;
+    const resource = indexed.req.op.resource;
+    if (this.#learn !== undefined && indexed.itemKeys.length > 0) {
+      const page = this.parsed(entry)!;
+      for (const item of page.result) if (typeof item['project_id'] === 'number') this.#learn(`${resource}:${item['id'] as number}`, item['project_id']);
+    }
+    this.#byKey.set(key, indexed);
+    for (const k of indexed.itemKeys) add(this.#byItem, k, key);
+    add(this.#byList, indexed.listKey, key);
+  }
+
+  /**
+   * A list entry as the index knows it (its question, the resources it holds, its list), whether
+   * memory holds it or not (a source read from Redis: derive/deriver.ts); undefined for anything
+   * else, and for a hashed key whose question this replica never asked.
+   */
+  pageOf(key: string, entry: CacheEntry): IndexedPage | undefined {
     const question = questionOf(key, (suffix) => this.#hashed.get(suffix));
-    if (question === undefined) return;
+    if (question === undefined) return undefined;
     const page = this.parsed(entry);
-    if (page === undefined) return;
+    if (page === undefined) return undefined;
     const { scope, req } = question;
     const resource = req.op.resource;
     const itemKeys = RESOURCES[resource].idParam === null ? [] : page.result.map((item) => itemKey(scope, resource, item['id'] as number));
-    if (this.#learn !== undefined && itemKeys.length > 0) {
-      for (const item of page.result) if (typeof item['project_id'] === 'number') this.#learn(`${resource}:${item['id'] as number}`, item['project_id']);
-    }
-    const indexed: IndexedPage = { key, entry, req, itemKeys, listKey: listKey(scope, req) };
-    this.#byKey.set(key, indexed);
-    for (const k of itemKeys) add(this.#byItem, k, key);
-    add(this.#byList, indexed.listKey, key);
+    return { key, entry, req, itemKeys, listKey: listKey(scope, req) };
+  }
+
+  /**
+   * What a list entry written to Redis can answer, for the other replicas (redis/derive-sets.ts):
+   * each resource it holds and its list, named as this index names them; undefined for anything
+   * else. The page parsed for memory's index is reused (the entry written is the same answer,
+   * with its gzip variant).
+   */
+  sharedNames(key: string, entry: CacheEntry): readonly string[] | undefined {
+    if (!LIST_OPERATIONS.has(key.split('|', 3)[2] ?? '')) return undefined;
+    const known = this.#byKey.get(key);
+    const pending = this.#pending.get(key);
+    const same = known?.entry.etag === entry.etag ? known : this.pageOf(key, pending?.etag === entry.etag ? pending : entry);
+    return same === undefined ? undefined : [...same.itemKeys, same.listKey];
   }
 
   /** The pages of `scope` that hold the resource `resource:id`. */
@@ -194,11 +222,12 @@ function questionOf(key: string, hashed: (suffix: string) => CanonicalRequest | 
   }
 }
 
-function itemKey(scope: string, resource: ResourceName, id: number): string {
+/** The name of one resource of a scope, as the pages holding it are indexed (here, and in Redis: derive/deriver.ts). */
+export function itemKey(scope: string, resource: ResourceName, id: number): string {
   return `${scope}|${resource}:${id}`;
 }
 
-/** What pages of one list share: the scope, operation, path ids, filters, sort and order (every parameter but paging and expands). */
+/** The name of a list of a scope (its operation, path ids, filters, sort and order), as its pages are indexed. */
 export function listKey(scope: string, req: CanonicalRequest): string {
   const query =
     req.query === ''

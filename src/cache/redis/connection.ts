@@ -17,7 +17,7 @@
  *
  * Key layout (prefix `tmc:`): `tmc:{<key>}` entry, `tmc:{<key>}:lock` its fill lock (the hash
  * tag puts both in one cluster slot, so one script can read both), `tmc:tag:<tag>` the set of
- * entry keys carrying a tag, `tmc:json:<ns>:<key>` shared values, `tmc:budget:<name>` the fleet's
+ * entry keys carrying a tag, `tmc:derive:<name>` the pages that can derive an answer (derive-sets.ts), `tmc:json:<ns>:<key>` shared values, `tmc:budget:<name>` the fleet's
  * upstream budget (a hash), `tmc:invalidate` the invalidation channel.
  */
 import { randomBytes } from 'node:crypto';

@@ -1,6 +1,6 @@
 /**
- * The shared tier: cache entries in Redis (compressed, optionally encrypted: codec.ts) and a
- * set per tag, over the connection all Redis roles share (redis-connection.ts). Entries only:
+ * The shared tier: cache entries in Redis (compressed, optionally encrypted: codec.ts), a set
+ * per tag, and the sets of pages that can derive answers (derive-sets.ts), over the connection all Redis roles share (redis-connection.ts). Entries only:
  * the fill lock, shared values, secrets and the invalidation channel are their own roles
  * (redis.ts builds them all).
  *
@@ -12,6 +12,7 @@
 import { DEFAULT_MAX_ENTRY_BYTES } from '../../config/schema.js';
 import type { SharedTierBudget } from '../budget.js';
 import { boundClaims } from './claims.js';
+import { addToDeriveSets, DERIVE_SCRIPTS, deriveCandidates, deriveSetKey } from './derive-sets.js';
 import { encodeEntry, openEntry, type ClaimCheck } from './codec.js';
 import { bodyLengthOf, expiresAt, type CacheEntry } from '../entry.js';
 import { describeKey } from '../key.js';
@@ -27,6 +28,9 @@ export interface RedisTierOptions {
   /** What an entry read back may claim, per cache key (policy.ts `claimLimitsOf`); unbounded without. */
   claimLimits?: (key: string) => ClaimLimits;
 }
+
+/** What a stored entry can answer besides its own question (derive/index.ts `sharedNames`): names, or undefined for nothing. */
+export type DerivableNames = (key: string, entry: CacheEntry) => readonly string[] | undefined;
 
 export interface RedisTierStats extends RedisFailureStats {
   hits: number;
@@ -59,6 +63,8 @@ export class RedisTier implements CacheTier {
   readonly maxEntryBytes: number;
   readonly #now: () => number;
   #claimLimits: ((key: string) => ClaimLimits) | undefined;
+  /** Derived answers shared across replicas: what an entry written can answer (derive-sets.ts); none: not recorded. */
+  #derivable: DerivableNames | undefined;
   /** Writes not yet acknowledged, per key: the fill lock's unlock waits for them. */
   readonly #pendingWrites = new Map<string, Promise<void>>();
   #hits = 0;
@@ -70,6 +76,21 @@ export class RedisTier implements CacheTier {
     this.#now = options.now ?? Date.now;
     this.#claimLimits = options.claimLimits;
     connection.defineScripts(SCRIPTS);
+    connection.defineScripts(DERIVE_SCRIPTS);
+  }
+
+  /**
+   * From now on, an entry written is also recorded under each name `derivable` gives it (the
+   * sets of derive-sets.ts), so that another replica finds it as the source of a derived answer.
+   */
+  recordDerivable(derivable: DerivableNames): void {
+    this.#derivable = derivable;
+  }
+
+  /** The keys of up to `limit` pages recorded under `name` still fresh at `now`: one command, a hint to be checked (derive-sets.ts). */
+  derivableFrom(name: string, query: { readonly now: number; readonly limit: number }, budget?: SharedTierBudget): Promise<string[]> {
+    if (this.#derivable === undefined) return Promise.resolve([]);
+    return deriveCandidates(this.connection, name, query, budget);
   }
 
   /** New limits of what entries read back may claim (a reload changed the freshness rules). */
@@ -219,14 +240,18 @@ export class RedisTier implements CacheTier {
       this.connection.failures.record('encode', error, describeKey(key));
       return;
     }
+    const deriveSets = (this.#derivable?.(key, entry) ?? []).map((name) => deriveSetKey(this.connection, name));
+    const times = { freshUntil: entry.freshUntil, now: this.#now() };
     // Redis expires the entry by itself at expiresAt (PX); each tag set lives as long as its
-    // longest-lived member (the script only ever extends its TTL).
+    // longest-lived member (the script only ever extends its TTL), each set of derivable pages
+    // as long as its freshest member.
     await this.connection.call(
       'set',
       (c) =>
         Promise.all([
           c.set(entryKey, stored, 'PX', ttlMs),
           ...entry.tags.map((tag) => (c as unknown as TagCommands).tmcTagAdd(this.connection.tagKey(tag), entryKey, ttlMs)),
+          ...addToDeriveSets(c, deriveSets, key, times),
         ]),
       budget,
     );

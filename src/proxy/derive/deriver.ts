@@ -13,7 +13,9 @@
  * question itself: it is served only when that verdict is `fresh`, so whatever refuses the
  * source to this caller (an unconfirmed access, a member without a grant for every area the
  * derived answer reveals, a client's no-cache, staleness) refuses the derived answer. It runs only
- * where the question would otherwise be filled from the instance; a hit never comes here.
+ * where the question would otherwise be filled from the instance; a hit never comes here. Sources
+ * are found in memory's index, else (`answerShared`) among the pages other replicas recorded in
+ * Redis under the question's name, read through the tiers and judged the same way.
  *
  * A derived answer is as old as its source (its Age, freshness and tags are the source's), it is
  * not stored (it goes with its source), and it is marked: `Cache-Status: tm-cache; hit; ...;
@@ -21,7 +23,8 @@
  */
 import { LRUCache } from 'lru-cache';
 import { OPERATIONS, RESOURCES, type Operation, type OperationId, type ResourceName } from '../../api/catalogue.js';
-import { listKey, type DerivationIndex, type IndexedPage } from '../../cache/derive/index.js';
+import type { SharedTierBudget } from '../../cache/budget.js';
+import { itemKey, listKey, type DerivationIndex, type IndexedPage } from '../../cache/derive/index.js';
 import type { CanonicalRequest } from '../../api/normalize.js';
 import { isFresh, type CacheEntry } from '../../cache/entry.js';
 import type { CacheOutcome } from '../../cache/outcome.js';
@@ -43,7 +46,35 @@ export interface DeriverOptions {
   readonly peek: (key: string) => CacheEntry | undefined;
   /** A derived answer was served (the metric). */
   readonly onDerived?: ((operation: OperationId, rule: DerivationRule) => void) | undefined;
+  /** The sources other replicas stored in Redis (redis/derive-sets.ts); absent: memory's alone. */
+  readonly shared?: SharedSources | undefined;
 }
+
+/** Sources of derived answers another replica stored: found by name in Redis, read through the tiers. */
+export interface SharedSources {
+  /** The keys of up to `limit` pages recorded under `name` still fresh at `now`: one bounded command, a hint. */
+  candidates(name: string, query: { readonly now: number; readonly limit: number }, budget: SharedTierBudget): Promise<readonly string[]>;
+  /** The entry under `key`, read as any lookup reads it (memory, then Redis: checked against its key, decrypted, kept in memory). */
+  read(key: string, now: number, budget: SharedTierBudget): Promise<CacheEntry | undefined>;
+}
+
+/** What finding a source of `d` takes: the name it is indexed under, memory's pages of it, and the body one of them makes. */
+interface Plan {
+  readonly name: string;
+  readonly pages: () => IndexedPage[];
+  /** Whether a page read from Redis is indexed under `name` (its key's scope and list, or an item it holds). */
+  readonly names: (page: IndexedPage) => boolean;
+  readonly bodyOf: (source: IndexedPage) => string | undefined;
+}
+
+/** A list page being filled on this replica: its question, and the fill, settled once its answer is stored (or refused). */
+interface Filling {
+  readonly req: CanonicalRequest;
+  readonly fill: Promise<unknown>;
+}
+
+/** Pages another replica stored read from Redis per question, freshest first: one is usually the source. */
+const SHARED_SOURCES_READ = 3;
 
 /** `Cache-Status: tm-cache; hit; ttl=…; detail=derived`. */
 const DERIVED: CacheOutcome = Object.freeze({ kind: 'hit', tier: 'memory', detail: 'derived' });
@@ -64,18 +95,6 @@ function hasList(op: Operation): boolean {
   return OPERATIONS.some((list) => list.envelope === 'list' && list.resource === op.resource);
 }
 
-/** A list page being filled on this replica: its question, and the fill, settled once its answer is stored (or refused). */
-interface Filling {
-  readonly req: CanonicalRequest;
-  readonly fill: Promise<unknown>;
-}
-
-/** The candidate sources of a question, and the body each would make of it (undefined: it does not answer it). */
-interface Plan {
-  readonly pages: readonly IndexedPage[];
-  readonly bodyOf: (source: IndexedPage) => string | undefined;
-}
-
 export class Deriver {
   readonly #derived = new LRUCache<string, { readonly source: CacheEntry; readonly entry: CacheEntry }>({ max: DERIVED_KEPT });
   /** List pages being filled, by `<scope>|<resource>` then key: what a question of one of its items, or another page of it, waits on. */
@@ -91,8 +110,7 @@ export class Deriver {
    */
   answer(d: Decision, now: number, facts: Facts, occasion: Extract<Occasion, 'lookup' | 'access-confirmed'> = 'lookup'): Derived | undefined {
     const derived = this.#answer(d, now, facts, occasion);
-    if (derived?.kind === 'entry') this.o.onDerived?.(d.canonical.op.id, d.canonical.op.envelope === 'list' ? 'page' : 'item');
-    return derived;
+    return derived === undefined ? undefined : this.#counted(d, derived);
   }
 
   /**
@@ -104,21 +122,51 @@ export class Deriver {
     return this.#answer(d, now, facts, 'lookup')?.kind === 'entry';
   }
 
-  #answer(d: Decision, now: number, facts: Facts, occasion: Occasion): Derived | undefined {
-    const plan = this.#plan(d);
-    return plan === undefined ? undefined : this.#derive(d, plan, { now, facts, occasion });
+  /**
+   * As `answer`, from what other replicas stored in Redis: for a question the memory index cannot
+   * answer, the pages recorded under its name (one command, under the request's Redis budget) are
+   * read through the tiers, freshest first, and the first this caller would be served fresh
+   * answers it, exactly as a page memory held would. A page gone, replaced, of another scope or not
+   * holding what its name says is skipped: only the entry read is trusted.
+   */
+  async answerShared(
+    d: Decision,
+    now: number,
+    facts: Facts,
+    occasion: Extract<Occasion, 'lookup' | 'access-confirmed'> = 'lookup',
+  ): Promise<Derived | undefined> {
+    const shared = this.o.shared;
+    const plan = shared === undefined ? undefined : this.#plan(d);
+    if (plan === undefined) return undefined;
+    const keys = await shared!.candidates(plan.name, { now, limit: SHARED_SOURCES_READ }, d.request);
+    let confirm: Derived | undefined;
+    for (const key of keys) {
+      const entry = await shared!.read(key, now, d.request);
+      const page = entry === undefined ? undefined : this.o.index.pageOf(key, entry);
+      if (page === undefined || !plan.names(page)) continue;
+      const derived = this.#derive(d, [page], { now, facts, occasion }, plan.bodyOf);
+      if (derived?.kind === 'entry') return this.#counted(d, derived);
+      confirm ??= derived;
+    }
+    return confirm;
+  }
+
+  /** Whether a miss of `d` the memory index cannot answer is looked up in Redis (`answerShared`). */
+  asksShared(d: Decision): boolean {
+    return this.o.shared !== undefined && this.#plan(d) !== undefined;
   }
 
   /**
    * A fill under way on this replica of a source that would answer `d` once fresh: a page memory
    * holds whose body answers the question and that this caller would be served but for its age
-   * (judge.ts: fresh, or stale while revalidated). A question that would otherwise ask the
-   * instance, or refresh its own entry, waits on it instead; undefined when none is. Counts nothing.
+   * (judge.ts: fresh, or stale while revalidated), or a list page being filled (`filling`). A
+   * question that would otherwise ask the instance, or refresh its own entry, waits on it
+   * instead; undefined when none is. Counts nothing.
    */
   sourceInFlight(d: Decision, now: number, facts: Facts, running: (key: string) => Promise<unknown> | undefined): Promise<unknown> | undefined {
     const plan = this.#plan(d);
     if (plan === undefined) return undefined;
-    for (const source of plan.pages) {
+    for (const source of plan.pages()) {
       const pending = this.o.peek(source.key) === source.entry ? running(source.key) : undefined;
       if (pending === undefined) continue;
       const verdict = judge(d, { entry: source.entry, tier: 'memory' }, now, facts, 'lookup');
@@ -129,7 +177,7 @@ export class Deriver {
 
   /**
    * A fill of `d` (a list page) began on this replica (it leads it): until it settles, a question
-   * of an item of its resource, or a page of the same list of another size, in the same scope,
+   * of an item of its resource, or a page of the same list within its range, in the same scope,
    * waits for it rather than ask the instance (`sourceInFlight`). Nothing for other questions.
    */
   filling(d: Decision, fill: Promise<unknown>): void {
@@ -166,7 +214,22 @@ export class Deriver {
     return undefined;
   }
 
-  /** The pages that may answer `d` and how each would (undefined: none may, the question is never derived). */
+  #counted(d: Decision, derived: Derived): Derived {
+    if (derived.kind === 'entry') this.o.onDerived?.(d.canonical.op.id, d.canonical.op.envelope === 'list' ? 'page' : 'item');
+    return derived;
+  }
+
+  #answer(d: Decision, now: number, facts: Facts, occasion: Occasion): Derived | undefined {
+    const plan = this.#plan(d);
+    if (plan === undefined) return undefined;
+    // Newest first, and only while memory still holds the very entry indexed.
+    const held = plan
+      .pages()
+      .filter((page) => this.o.peek(page.key) === page.entry)
+      .sort((a, b) => b.entry.storedAt - a.entry.storedAt);
+    return this.#derive(d, held, { now, facts, occasion }, plan.bodyOf);
+  }
+
   #plan(d: Decision): Plan | undefined {
     if (!mayDerive(d)) return undefined;
     const op = d.canonical.op;
@@ -174,8 +237,11 @@ export class Deriver {
     const resource = ITEM_OF_LIST.get(op.id);
     if (resource !== undefined) {
       const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
+      const name = itemKey(d.scope, resource, id);
       return {
-        pages: this.o.index.pagesHolding(d.scope, resource, id),
+        name,
+        pages: () => this.o.index.pagesHolding(d.scope, resource, id),
+        names: (page) => page.itemKeys.includes(name),
         bodyOf: (source) => {
           if (!coversExpands(source.req.expands, d.canonical.expands)) return undefined;
           const page = this.o.index.parsed(source.entry);
@@ -186,8 +252,11 @@ export class Deriver {
     }
     if (op.envelope !== 'list') return undefined;
     const want = d.canonical;
+    const name = listKey(d.scope, want);
     return {
-      pages: this.o.index.pagesOf(d.scope, want),
+      name,
+      pages: () => this.o.index.pagesOf(d.scope, want),
+      names: (page) => page.listKey === name,
       bodyOf: (source) => {
         const page = source.key === d.key ? undefined : this.o.index.parsed(source.entry);
         // A list whose total is 0 answers any expands (each empty); otherwise the source must hold them.
@@ -198,16 +267,19 @@ export class Deriver {
   }
 
   /**
-   * The first of the candidate pages memory still holds, newest first, that this caller would be
-   * served fresh if it were held for the question itself (judge.ts, on the question's decision)
-   * and that makes a body; else the confirmation one of them waits for, if any.
+   * The first of the candidate pages (in the order given) that this caller would be served
+   * fresh if it were held for the question itself (judge.ts, on the question's decision) and that
+   * makes a body; else the confirmation one of them waits for, if any.
    */
-  #derive(d: Decision, plan: Plan, judged: { readonly now: number; readonly facts: Facts; readonly occasion: Occasion }): Derived | undefined {
+  #derive(
+    d: Decision,
+    pages: readonly IndexedPage[],
+    judged: { readonly now: number; readonly facts: Facts; readonly occasion: Occasion },
+    bodyOf: (source: IndexedPage) => string | undefined,
+  ): Derived | undefined {
     const { now, facts, occasion } = judged;
-    const { pages, bodyOf } = plan;
     let confirm: Derived | undefined;
-    const held = pages.filter((page) => this.o.peek(page.key) === page.entry).sort((a, b) => b.entry.storedAt - a.entry.storedAt);
-    for (const source of held) {
+    for (const source of pages) {
       const verdict = judge(d, { entry: source.entry, tier: 'memory' }, now, facts, occasion);
       // A confirmation is worth asking for only for a source that is fresh (judge.ts checks access before freshness).
       if (verdict.kind !== 'fresh' && (verdict.kind !== 'confirm-access' || confirm !== undefined || !isFresh(source.entry, now))) continue;
