@@ -163,9 +163,11 @@ export type ClaimCheck = (meta: StoredMeta) => StoredMeta | string;
 /**
  * The entry stored under `boundTo`, checked: written for that key under this guard, something
  * tm-cache would have stored (entry.ts whyNotStorable) before it can reach a socket, and with
- * what it claims bounded by `claims` (the reader's configuration).
+ * what it claims bounded by `claims` (the reader's configuration). Synchronous: nothing in it waits
+ * (the MAC or tag check and the metadata are a few µs; the body is inflated only when asked for),
+ * and a promise here would cost every Redis-tier hit a microtask turn.
  */
-export async function openEntry(stored: Buffer, guard: ValueGuard, boundTo: string, claims?: ClaimCheck): Promise<Decoded<CacheEntry>> {
+export function openEntry(stored: Buffer, guard: ValueGuard, boundTo: string, claims?: ClaimCheck): Decoded<CacheEntry> {
   if (stored.length < 2 || stored[0] !== FORMAT_VERSION) return FOREIGN;
   const flags = stored[1]!;
   if ((flags & ~(FLAG_GZIP | PROTECTION)) !== 0) return FOREIGN;
@@ -180,7 +182,7 @@ export async function openEntry(stored: Buffer, guard: ValueGuard, boundTo: stri
 
 /** As `openEntry`, the entry or undefined (tests, benches). */
 export async function decodeEntry(stored: Buffer, guard: ValueGuard, boundTo: string): Promise<CacheEntry | undefined> {
-  const decoded = await openEntry(stored, guard, boundTo);
+  const decoded = openEntry(stored, guard, boundTo);
   return decoded.kind === 'ok' ? decoded.value : undefined;
 }
 
