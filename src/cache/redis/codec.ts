@@ -163,9 +163,11 @@ export type ClaimCheck = (meta: StoredMeta) => StoredMeta | string;
 /**
  * The entry stored under `boundTo`, checked: written for that key under this guard, something
  * tm-cache would have stored (entry.ts whyNotStorable) before it can reach a socket, and with
- * what it claims bounded by `claims` (the reader's configuration).
+ * what it claims bounded by `claims` (the reader's configuration). Synchronous: nothing in it waits
+ * (the MAC or tag check and the metadata are a few µs; the body is inflated only when asked for),
+ * and a promise here would cost every Redis-tier hit a microtask turn.
  */
-export async function openEntry(stored: Buffer, guard: ValueGuard, boundTo: string, claims?: ClaimCheck): Promise<Decoded<CacheEntry>> {
+export function openEntry(stored: Buffer, guard: ValueGuard, boundTo: string, claims?: ClaimCheck): Decoded<CacheEntry> {
   if (stored.length < 2 || stored[0] !== FORMAT_VERSION) return FOREIGN;
   const flags = stored[1]!;
   if ((flags & ~(FLAG_GZIP | PROTECTION)) !== 0) return FOREIGN;
@@ -180,7 +182,7 @@ export async function openEntry(stored: Buffer, guard: ValueGuard, boundTo: stri
 
 /** As `openEntry`, the entry or undefined (tests, benches). */
 export async function decodeEntry(stored: Buffer, guard: ValueGuard, boundTo: string): Promise<CacheEntry | undefined> {
-  const decoded = await openEntry(stored, guard, boundTo);
+  const decoded = openEntry(stored, guard, boundTo);
   return decoded.kind === 'ok' ? decoded.value : undefined;
 }
 
@@ -352,9 +354,34 @@ function metaOf(entry: CacheEntry): StoredMeta {
   return { status, headers, etag, storedAt, freshUntil, staleWhileRevalidateUntil, staleIfErrorUntil, tags, gzipEtag, bodyLength: bodyLengthOf(entry) };
 }
 
+/**
+ * Metadata already parsed and found valid, by its exact text: a Redis-tier hit on a value read
+ * before (an entry too large for memory, or evicted from it, read again and again) skips the
+ * JSON parse and the checks, which cost about as much as the MAC check of a small entry, and the
+ * garbage. Only authentic bytes get here (openPayload runs first), and the same text always
+ * parses to the same metadata, so an answer from the memo is the answer a parse would give; it
+ * is frozen, so no reader can change what the next one gets. Bounded in count and in text
+ * length: past META_MEMO_ENTRIES the oldest goes (a Map iterates in insertion order). A refill
+ * writes new times, so a new text: old ones age out.
+ */
+const metaMemo = new Map<string, StoredMeta>();
+const META_MEMO_ENTRIES = 1_000;
+const META_MEMO_MAX_CHARS = 4_096;
+
 /** Checks the shape rather than trusting it: a value of the right version can still be wrong. */
 function parseMeta(bytes: Buffer): StoredMeta | string {
-  const meta = JSON.parse(bytes.toString('utf8')) as StoredMeta | null;
+  const text = bytes.toString('utf8');
+  const known = metaMemo.get(text);
+  if (known !== undefined) return known;
+  const meta = JSON.parse(text) as StoredMeta | null;
   if (!meta || typeof meta !== 'object' || Array.isArray(meta)) return 'metadata';
-  return whyNotStorable(meta) ?? meta;
+  const invalid = whyNotStorable(meta);
+  if (invalid !== undefined) return invalid;
+  if (text.length <= META_MEMO_MAX_CHARS) {
+    Object.freeze(meta.headers);
+    Object.freeze(meta.tags);
+    if (metaMemo.size >= META_MEMO_ENTRIES) metaMemo.delete(metaMemo.keys().next().value!);
+    metaMemo.set(text, Object.freeze(meta));
+  }
+  return meta;
 }

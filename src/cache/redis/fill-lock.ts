@@ -116,13 +116,13 @@ export class RedisFillLock implements SharedLock<CacheEntry> {
       if (!Array.isArray(polled)) return undefined; // nothing stored, nobody filling (or no answer)
       // The stale entry a refresh replaces is no result, nor is it once the holder gave up.
       const [stored, held] = polled;
-      return (await this.#freshEntry(key, stored)) ?? (held === 1 ? STILL_LOCKED : undefined);
+      return this.#freshEntry(key, stored) ?? (held === 1 ? STILL_LOCKED : undefined);
     });
   }
 
   /** A stored value as a fill's result: checked like any read of the tier (bound to its key, valid), and fresh. */
-  async #freshEntry(key: string, stored: Buffer): Promise<CacheEntry | undefined> {
-    const entry = await this.#tier.fromStored(key, stored);
+  #freshEntry(key: string, stored: Buffer): CacheEntry | undefined {
+    const entry = this.#tier.fromStored(key, stored);
     return entry !== undefined && isFresh(entry, this.#tier.now()) ? entry : undefined;
   }
 }

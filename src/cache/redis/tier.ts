@@ -210,12 +210,12 @@ export class RedisTier implements CacheTier {
    * not expired by our clock after that; otherwise a miss (refused: counted and logged, left in
    * Redis).
    */
-  async fromStored(key: string, stored: Buffer, now?: number): Promise<CacheEntry | undefined> {
+  fromStored(key: string, stored: Buffer, now?: number): CacheEntry | undefined {
     const guard = this.connection.guardFor('decode');
     if (!guard) return undefined;
     const at = now ?? this.#now();
     const entryKey = this.connection.entryKey(key);
-    const decoded = await openEntry(stored, guard, entryKey, this.#claimCheck(key, at));
+    const decoded = openEntry(stored, guard, entryKey, this.#claimCheck(key, at));
     if (decoded.kind !== 'ok') return this.connection.refuse(entryKey, decoded);
     return expiresAt(decoded.value) > at ? decoded.value : undefined;
   }
