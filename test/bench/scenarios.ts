@@ -67,8 +67,8 @@ export interface Scenario {
 const FIXED_BUDGET =
   `fixed at ${BENCH_BUDGET.upstream.budget.requestsPerSecond.toLocaleString('en-US')} req/s (the bench's BENCH_BUDGET, servers.ts), a rate no scenario reaches: ` +
   "this scenario measures the cache, not the learned budget's start (10 req/s, a bucket of 5, growing); first-minute measures tm-cache at its defaults";
-/** The A/B scenarios: this checkout gets the bench's budget, another build none. */
-const AB_BUDGET = `this checkout's ${FIXED_BUDGET.replace(/; first-minute.*/, '')}; the --base build runs at its own defaults`;
+/** The A/B scenarios: both builds get the bench's budget. */
+const AB_BUDGET = `both builds' ${FIXED_BUDGET.replace(/; first-minute.*/, '')}`;
 
 const HIT_CONNECTIONS = 32;
 
