@@ -106,6 +106,8 @@ export class ReadThrough {
   readonly #ahead: RefreshAhead | undefined;
   /** What the judge reads (judge.ts): the callers' Retry-After gate and proofs. */
   readonly #facts: Facts;
+  /** The fill of a key running on this replica, for a derived answer's source (derive/deriver.ts). */
+  readonly #running = (key: string): Promise<unknown> | undefined => this.#filler.running(key);
 
   constructor(private readonly o: ReadThroughOptions) {
     this.#facts = { gate: o.gate, proofs: o.proofs };
@@ -172,16 +174,16 @@ export class ReadThrough {
       case 'fill':
       case 'fill-from-instance':
       case 'fill-unconfirmed': {
-        // Nothing fresh held: a derived answer (derive/deriver.ts) spares the instance, when one is certain.
-        const derivable = verdict.kind === 'fill' && occasion === 'lookup';
-        const derived = derivable ? this.o.deriver?.answer(d, now, this.#facts) : undefined;
-        if (derived !== undefined) return derived.kind === 'confirm-access' ? this.#confirmThenDerive(d, found, derived.projectId) : derived;
-        // A source that would answer it once fresh is being filled or refreshed here: waited for (once), then derived from.
-        const source = derivable && !d.request.sourceWaited ? this.#sourceInFlight(d, now) : undefined;
-        if (source !== undefined) return this.#afterSource(d, source);
-        // None in memory: one from a page another replica stored in Redis, when one is recorded there.
-        if (derivable && this.o.deriver?.asksShared(d) === true) return this.#deriveSharedOrFill(d, found, now, verdict.kind);
-        return this.#placeOrFill(d, found, now, verdict.kind);
+        // Nothing fresh held: a derived answer (derive/deriver.ts) spares the instance, when one is
+        // certain; else a source being filled or refreshed here is waited for (once), then derived
+        // from; else one another replica stored in Redis, when one is recorded there.
+        const step =
+          verdict.kind === 'fill' && occasion === 'lookup' ? this.o.deriver?.miss(d, now, this.#facts, this.#running, !d.request.sourceWaited) : undefined;
+        if (step === undefined) return this.#placeOrFill(d, found, now, verdict.kind);
+        if (step.kind === 'confirm-access') return this.#confirmThenDerive(d, found, step.projectId);
+        if (step.kind === 'wait') return this.#afterSource(d, step.source);
+        if (step.kind === 'ask-shared') return this.#deriveSharedOrFill(d, found, now, verdict.kind);
+        return step;
       }
     }
   }
@@ -225,15 +227,13 @@ export class ReadThrough {
 
   /** A fill under way of a source `d` is derived from once fresh (derive/deriver.ts `sourceInFlight`); undefined when none is. */
   #sourceInFlight(d: Decision, now: number): Promise<unknown> | undefined {
-    return this.o.deriver?.sourceInFlight(d, now, this.#facts, (key) => this.#filler.running(key));
+    return this.o.deriver?.sourceInFlight(d, now, this.#facts, this.#running);
   }
 
   /** Judged again once the source's fill settled (derived from its answer, most often; else filled), without waiting again. */
   async #afterSource(d: Decision, source: Promise<unknown>): Promise<Served> {
     d.request.sourceWaited = true;
     await source.catch(() => undefined);
-    // A list stored is indexed in the tick after (cache/derive/index.ts): judged once it is.
-    await new Promise<void>((resolve) => setImmediate(resolve));
     return this.serve(d, this.o.now());
   }
 

@@ -5,9 +5,10 @@
  *
  * It watches the memory tier (`MemoryObserver`): every list entry stored is indexed, every entry
  * that leaves (evicted, expired, deleted, invalidated, replaced) is unindexed, in step with the
- * LRU. A list stored is indexed just after the tick that stored it (`setImmediate`), so that the
- * parse of its body (one JSON parse per list entry stored, never on a memory hit) does not delay
- * the answer that brought it; the parsed page is kept in a small memo, since the questions it
+ * LRU. A list stored is indexed just after the tick that stored it (`setImmediate`), or at the
+ * first lookup before that, so that the parse of its body (one JSON parse per list entry stored,
+ * never on a memory hit) does not delay the answer that brought it, and a lookup always sees every
+ * list memory holds; the parsed page is kept in a small memo, since the questions it
  * answers tend to follow it. What it indexes is what this replica's memory holds; across
  * replicas, the Redis tier records each list page it writes under the names given here
  * (`sharedNames`, redis/derive-sets.ts), and a replica reads such a page as a source
@@ -162,11 +163,13 @@ export class DerivationIndex implements MemoryObserver {
 
   /** The pages of `scope` that hold the resource `resource:id`. */
   pagesHolding(scope: string, resource: ResourceName, id: number): IndexedPage[] {
+    if (this.#pending.size > 0) this.#indexPending();
     return this.#pages(this.#byItem.get(itemKey(scope, resource, id)));
   }
 
   /** The pages of `scope` of the list `req` asks for: the same operation, path ids, filters, sort and order. */
   pagesOf(scope: string, req: CanonicalRequest): IndexedPage[] {
+    if (this.#pending.size > 0) this.#indexPending();
     return this.#pages(this.#byList.get(listKey(scope, req)));
   }
 

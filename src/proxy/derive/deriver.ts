@@ -67,6 +67,14 @@ interface Plan {
   readonly bodyOf: (source: IndexedPage) => string | undefined;
 }
 
+/** What a question about to be filled does instead (`Deriver.miss`): a derived answer or the confirmation it waits for, a source's fill to wait for, or a look in Redis. */
+export type MissStep = Derived | { readonly kind: 'wait'; readonly source: Promise<unknown> } | { readonly kind: 'ask-shared' };
+
+const ASK_SHARED: MissStep = Object.freeze({ kind: 'ask-shared' });
+
+/** The fill of a key running on this replica (fill.ts `running`), undefined when none is. */
+export type Running = (key: string) => Promise<unknown> | undefined;
+
 /** A list page being filled on this replica: its question, and the fill, settled once its answer is stored (or refused). */
 interface Filling {
   readonly req: CanonicalRequest;
@@ -151,9 +159,21 @@ export class Deriver {
     return confirm;
   }
 
-  /** Whether a miss of `d` the memory index cannot answer is looked up in Redis (`answerShared`). */
-  asksShared(d: Decision): boolean {
-    return this.o.shared !== undefined && this.#plan(d) !== undefined;
+  /**
+   * What a question nothing fresh is held for, about to be filled, does instead, found from one
+   * plan: its derived answer from memory (or the confirmation that waits for, as `answer`); else,
+   * when it `mayWait`, the fill under way of a source that would answer it (`wait`:
+   * `sourceInFlight`); else, with Redis, a look there (`ask-shared`: `answerShared`); undefined
+   * when nothing may answer it but the instance.
+   */
+  miss(d: Decision, now: number, facts: Facts, running: Running, mayWait: boolean): MissStep | undefined {
+    const plan = this.#plan(d);
+    if (plan === undefined) return undefined;
+    const derived = this.#fromMemory(d, plan, { now, facts, occasion: 'lookup' });
+    if (derived !== undefined) return this.#counted(d, derived);
+    const source = mayWait ? this.#inFlight(d, plan, { now, facts }, running) : undefined;
+    if (source !== undefined) return { kind: 'wait', source };
+    return this.o.shared === undefined ? undefined : ASK_SHARED;
   }
 
   /**
@@ -163,9 +183,13 @@ export class Deriver {
    * question that would otherwise ask the instance, or refresh its own entry, waits on it
    * instead; undefined when none is. Counts nothing.
    */
-  sourceInFlight(d: Decision, now: number, facts: Facts, running: (key: string) => Promise<unknown> | undefined): Promise<unknown> | undefined {
+  sourceInFlight(d: Decision, now: number, facts: Facts, running: Running): Promise<unknown> | undefined {
     const plan = this.#plan(d);
-    if (plan === undefined) return undefined;
+    return plan === undefined ? undefined : this.#inFlight(d, plan, { now, facts }, running);
+  }
+
+  #inFlight(d: Decision, plan: Plan, judged: { readonly now: number; readonly facts: Facts }, running: Running): Promise<unknown> | undefined {
+    const { now, facts } = judged;
     for (const source of plan.pages()) {
       const pending = this.o.peek(source.key) === source.entry ? running(source.key) : undefined;
       if (pending === undefined) continue;
@@ -221,13 +245,17 @@ export class Deriver {
 
   #answer(d: Decision, now: number, facts: Facts, occasion: Occasion): Derived | undefined {
     const plan = this.#plan(d);
-    if (plan === undefined) return undefined;
+    return plan === undefined ? undefined : this.#fromMemory(d, plan, { now, facts, occasion });
+  }
+
+  /** The derived answer from the pages memory holds (or the confirmation one of them waits for). */
+  #fromMemory(d: Decision, plan: Plan, judged: { readonly now: number; readonly facts: Facts; readonly occasion: Occasion }): Derived | undefined {
     // Newest first, and only while memory still holds the very entry indexed.
     const held = plan
       .pages()
       .filter((page) => this.o.peek(page.key) === page.entry)
       .sort((a, b) => b.entry.storedAt - a.entry.storedAt);
-    return this.#derive(d, held, { now, facts, occasion }, plan.bodyOf);
+    return this.#derive(d, held, judged, plan.bodyOf);
   }
 
   #plan(d: Decision): Plan | undefined {
