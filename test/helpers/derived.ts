@@ -3,6 +3,7 @@
  * requests it made of the instance (its `/__emulator/stats`), the instance's own answer to the
  * same caller, and a member ready to read a project's shared answers in either sharing mode.
  */
+import { expect } from 'vitest';
 import type { StatsSnapshot, TestEmulator } from './emulator.js';
 import { httpGet, type TestProxy, type TestResponse } from './proxy.js';
 
@@ -44,4 +45,22 @@ export async function proveAreas(p: TestProxy, token: string, projectId: number,
   if (runId !== undefined) paths.push(`/api/v1/runs/${runId}/results?per_page=15`);
   for (const path of paths) for (let i = 0; i < 2; i++) await p.get(path, token);
   return paths;
+}
+
+/** `path` is derived: nothing reaches the instance, and the answer is the instance's own to `token`. */
+export async function expectDerived(em: TestEmulator, p: TestProxy, path: string, token: string): Promise<void> {
+  const answer = await ask(em, p, path, token);
+  expect(answer.res.status).toBe(200);
+  expect(answer.derived, String(answer.res.headers['cache-status'])).toBe(true);
+  expect(answer.upstream).toBe(0);
+  expect(answer.res.json()).toEqual(await direct(em, path, token));
+}
+
+/** `path` goes to the instance: its own operation asked once, not derived, and the instance's answer relayed. */
+export async function expectAsked(em: TestEmulator, p: TestProxy, path: string, token: string, headers: Record<string, string> = {}): Promise<void> {
+  const answer = await ask(em, p, path, token, headers);
+  expect(answer.res.status).toBe(200);
+  expect(answer.derived, String(answer.res.headers['cache-status'])).toBe(false);
+  expect(answer.asked).toBe(1);
+  expect(answer.res.json()).toEqual(await direct(em, path, token));
 }

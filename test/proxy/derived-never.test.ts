@@ -5,7 +5,7 @@
  * answer differs by mode, the row says so.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ask, direct, proveAreas, SHARING } from '../helpers/derived.js';
+import { ask, direct, expectAsked as expectAskedOf, expectDerived as expectDerivedOf, proveAreas, SHARING } from '../helpers/derived.js';
 import { startTestEmulator, type TestEmulator } from '../helpers/emulator.js';
 import { startTestProxy, type TestProxy } from '../helpers/proxy.js';
 import { twoMembersOfOneProject } from '../helpers/sharing.js';
@@ -36,21 +36,9 @@ afterAll(async () => {
 
 const runs = (query: string) => `/api/v1/projects/${projectId}/runs?${query}`;
 
-/** `path` goes to the instance: its own operation asked once, not derived, and the instance's answer relayed. */
-async function expectAsked(proxy: TestProxy, path: string, token: string, headers: Record<string, string> = {}): Promise<void> {
-  const answer = await ask(em, proxy, path, token, headers);
-  expect(answer.derived, String(answer.res.headers['cache-status'])).toBe(false);
-  expect(answer.asked).toBe(1);
-  expect(answer.res.json()).toEqual(await direct(em, path, token));
-}
-
-/** `path` is derived: nothing reaches the instance, and the answer is the instance's. */
-async function expectDerived(proxy: TestProxy, path: string, token: string): Promise<void> {
-  const answer = await ask(em, proxy, path, token);
-  expect(answer.derived, String(answer.res.headers['cache-status'])).toBe(true);
-  expect(answer.upstream).toBe(0);
-  expect(answer.res.json()).toEqual(await direct(em, path, token));
-}
+const expectAsked = (proxy: TestProxy, path: string, token: string, headers: Record<string, string> = {}): Promise<void> =>
+  expectAskedOf(em, proxy, path, token, headers);
+const expectDerived = (proxy: TestProxy, path: string, token: string): Promise<void> => expectDerivedOf(em, proxy, path, token);
 
 describe('never derived', () => {
   it('a page the source does not cover (15 runs held, 25 asked)', async () => {

@@ -9,7 +9,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ask, direct, proveAreas, SHARING } from '../helpers/derived.js';
+import { direct, expectAsked, expectDerived, proveAreas, SHARING } from '../helpers/derived.js';
 import type { TestProxy } from '../helpers/proxy.js';
 import { redisTierOf, replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 import { twoMembersOfOneProject } from '../helpers/sharing.js';
@@ -76,11 +76,7 @@ describe('a derived answer from another replica', () => {
   it('answers a run of a page another replica filled, from Redis, without asking the instance', async () => {
     const ids = await runsOnlyInRedis(`/api/v1/projects/${project}/runs?per_page=100`);
     const path = `/api/v1/runs/${ids[0]!}`;
-    const answer = await ask(env.emulator, b, path, token);
-    expect(answer.res.status).toBe(200);
-    expect(answer.derived, String(answer.res.headers['cache-status'])).toBe(true);
-    expect(answer.upstream).toBe(0);
-    expect(answer.res.json()).toEqual(await direct(env.emulator, path, token));
+    await expectDerived(env.emulator, b, path, token);
   });
 });
 
@@ -90,11 +86,7 @@ describe('a page of a list another replica filled', () => {
     // The second page of 15: past what B's proof holds (the first 15), within A's page.
     expect(source.total, 'runs of the project').toBeGreaterThan(15);
     const path = `/api/v1/projects/${project}/runs?per_page=15&page=2`;
-    const answer = await ask(env.emulator, b, path, token);
-    expect(answer.res.status).toBe(200);
-    expect(answer.derived, String(answer.res.headers['cache-status'])).toBe(true);
-    expect(answer.upstream).toBe(0);
-    expect(answer.res.json()).toEqual(await direct(env.emulator, path, token));
+    await expectDerived(env.emulator, b, path, token);
   });
 });
 
@@ -110,21 +102,13 @@ describe('never derived across replicas', () => {
     const future = Date.now() + 60_000;
     await env.client.zadd(recorded, future, `${scopeOf()}|v1|listRuns|${project}|per_page=99`, future, notHolding!);
     const path = `/api/v1/runs/${run}`;
-    const answer = await ask(env.emulator, b, path, token);
-    expect(answer.res.status).toBe(200);
-    expect(answer.derived).toBe(false);
-    expect(answer.asked).toBe(1);
-    expect(answer.res.json()).toEqual(await direct(env.emulator, path, token));
+    await expectAsked(env.emulator, b, path, token);
   });
 
   it('not to another caller: their own scope, or with sharing by project a member without proof on this replica', async () => {
     const [run] = await runsOnlyInRedis(`/api/v1/projects/${project}/runs?per_page=50`);
     const path = `/api/v1/runs/${run!}`;
-    const answer = await ask(env.emulator, b, path, other);
-    expect(answer.res.status).toBe(200);
-    expect(answer.derived).toBe(false);
-    expect(answer.asked).toBe(1);
-    expect(answer.res.json()).toEqual(await direct(env.emulator, path, other));
+    await expectAsked(env.emulator, b, path, other);
   });
 
   // With sharing by user, a page of another caller's scope holds the run: named in this caller's set, it is still not theirs.
@@ -139,11 +123,7 @@ describe('never derived across replicas', () => {
     await env.client.del(setKey(`run:${run!}`));
     for (const key of theirs) await env.client.zadd(setKey(`run:${run!}`), Date.now() + 60_000, key);
     const path = `/api/v1/runs/${run!}`;
-    const answer = await ask(env.emulator, b, path, token);
-    expect(answer.res.status).toBe(200);
-    expect(answer.derived).toBe(false);
-    expect(answer.asked).toBe(1);
-    expect(answer.res.json()).toEqual(await direct(env.emulator, path, token));
+    await expectAsked(env.emulator, b, path, token);
   });
 });
 
@@ -155,11 +135,7 @@ describe('Redis failing', () => {
   /** A run only Redis holds (A's page), asked of `p`: answered by the instance, not derived. */
   async function askedUpstream(p: TestProxy, run: number): Promise<void> {
     const path = `/api/v1/runs/${run}`;
-    const answer = await ask(env.emulator, p, path, token);
-    expect(answer.res.status).toBe(200);
-    expect(answer.derived).toBe(false);
-    expect(answer.asked).toBe(1);
-    expect(answer.res.json()).toEqual(await direct(env.emulator, path, token));
+    await expectAsked(env.emulator, p, path, token);
   }
 
   it('slow: the question costs at most one command timeout and goes to the instance', async () => {
