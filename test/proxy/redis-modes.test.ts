@@ -232,6 +232,13 @@ describe('Redis over TLS', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  /**
+   * Appended to a file's `cache.redis`: a command answered within 2 s is not a timeout. At the
+   * default (50 ms) a loaded machine times out the entry's write over TLS, the entry never lands
+   * and the test waits for it in vain; what these tests ask is whether the mode works.
+   */
+  const PATIENT_REDIS = '    commandTimeoutMs: 2000\n';
+
   async function serve(env: Record<string, string>): Promise<Serving> {
     const s = await startServe({
       TM_CACHE_UPSTREAM: emulator.url,
@@ -257,7 +264,9 @@ describe('Redis over TLS', () => {
   };
 
   it('rediss:// with the private CA in NODE_EXTRA_CA_CERTS: verified, connected, and entries land', async () => {
-    const s = await serve({ TM_CACHE_REDIS: `rediss://localhost:${tlsPort}`, NODE_EXTRA_CA_CERTS: pki.ca });
+    const file = join(dir, 'rediss.yaml');
+    writeFileSync(file, `cache:\n  redis:\n${PATIENT_REDIS}`);
+    const s = await serve({ TM_CACHE_CONFIG: file, TM_CACHE_REDIS: `rediss://localhost:${tlsPort}`, NODE_EXTRA_CA_CERTS: pki.ca });
     expect(await redisCheck(s.management)).toEqual({ status: 'ok' });
     const m = emulator.tokens.member(2);
     const before = await plainKeys();
@@ -281,7 +290,7 @@ describe('Redis over TLS', () => {
    */
   async function expectServesShare(yaml: string, entries: () => Promise<string[]>): Promise<void> {
     const file = join(dir, `shared-${Math.random().toString(36).slice(2)}.yaml`);
-    writeFileSync(file, yaml);
+    writeFileSync(file, yaml + PATIENT_REDIS);
     const settings = { TM_CACHE_CONFIG: file, NODE_EXTRA_CA_CERTS: pki.ca, TM_CACHE_REDIS_SENTINEL_PASSWORD: SENTINEL_PASSWORD };
     const [a, b] = [await serve(settings), await serve(settings)];
     expect(await redisCheck(a.management)).toEqual({ status: 'ok' });
