@@ -39,18 +39,23 @@ function setKey(name: string): string {
   return `${PREFIX}derive:${SHARING === 'project' ? `p:${project}` : `u:${userId}`}|${name}`;
 }
 
-/** A's page `path` filled, once A's background write landed: recorded in Redis under its list, `list` (operation and path ids). */
-async function fillOnA(path: string, list: string): Promise<Page> {
+/**
+ * A's runs page `path` answered, once Redis names a page holding each of its runs: the page's own
+ * background write (each run's set is written with it), or an earlier page's when A derived this
+ * one from a page it holds (nothing then to write).
+ */
+async function fillOnA(path: string): Promise<Page> {
   const res = await a.get(path, token);
   expect(res.status, path).toBe(200);
-  // Unfiltered: the list's name is its operation and path ids alone.
-  await until(async () => (await env.client.zcard(setKey(`${list}|`))) > 0);
-  return res.json() as Page;
+  const page = res.json() as Page;
+  const recorded = async (id: number) => (await env.client.zcard(setKey(`run:${id}`))) > 0;
+  await until(async () => (await Promise.all(page.result.map((run) => recorded(run.id)))).every(Boolean));
+  return page;
 }
 
 /** The runs of A's page that B does not hold in memory (B's proofs read the first 15). */
 async function runsOnlyInRedis(path: string): Promise<number[]> {
-  const page = await fillOnA(path, `listRuns|${project}`);
+  const page = await fillOnA(path);
   const held = (await direct(env.emulator, `/api/v1/projects/${project}/runs?per_page=15`, token)) as Page;
   const ids = page.result.map((r) => r.id).filter((id) => !held.result.some((r) => r.id === id));
   expect(ids.length, 'runs of the page B does not hold').toBeGreaterThan(2);
@@ -82,7 +87,7 @@ describe('a derived answer from another replica', () => {
 
 describe('a page of a list another replica filled', () => {
   it('answers a page of another size, from Redis, without asking the instance', async () => {
-    const source = await fillOnA(`/api/v1/projects/${project}/runs?per_page=100`, `listRuns|${project}`);
+    const source = await fillOnA(`/api/v1/projects/${project}/runs?per_page=100`);
     // The second page of 15: past what B's proof holds (the first 15), within A's page.
     expect(source.total, 'runs of the project').toBeGreaterThan(15);
     const path = `/api/v1/projects/${project}/runs?per_page=15&page=2`;
