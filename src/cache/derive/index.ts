@@ -6,10 +6,10 @@
  * It watches the memory tier (`MemoryObserver`): every list entry stored is indexed, every entry
  * that leaves (evicted, expired, deleted, invalidated, replaced) is unindexed, in step with the
  * LRU. A list stored is indexed just after the tick that stored it (`setImmediate`), or at the
- * first lookup before that, so that the parse of its body (one JSON parse per list entry stored,
- * never on a memory hit) does not delay the answer that brought it, and a lookup always sees every
- * list memory holds; the parsed page is kept in a small memo, since the questions it
- * answers tend to follow it. What it indexes is what this replica's memory holds; across
+ * first lookup before that, so that reading its body (a scan of its items' ids, scan.ts: one per
+ * list entry stored, never on a memory hit) does not delay the answer that brought it, and a
+ * lookup always sees every list memory holds. A page is parsed only when an answer is derived from
+ * it, and kept parsed in a small memo, since the questions it answers tend to follow it. What it indexes is what this replica's memory holds; across
  * replicas, the Redis tier records each list page it writes under the names given here
  * (`sharedNames`, redis/derive-sets.ts), and a replica reads such a page as a source
  * (`pageOf`, derive/deriver.ts `answerShared`), then holds it in memory and indexes it here.
@@ -25,6 +25,7 @@ import { normalizeRequest, type CanonicalRequest } from '../../api/normalize.js'
 import { readBody, type CacheEntry } from '../entry.js';
 import { KEY_VERSION } from '../key.js';
 import type { MemoryObserver } from '../memory-tier.js';
+import { scanPage, type ScannedPage } from './scan.js';
 
 /** One page of a list as the instance answered it (spec, List envelope). */
 export interface ParsedPage {
@@ -60,9 +61,9 @@ const PAGING_PARAMS = new Set(['page', 'per_page', 'expands']);
 export class DerivationIndex implements MemoryObserver {
   readonly #byKey = new Map<string, IndexedPage>();
   /** `<scope>|<resource>:<id>` → keys of the pages that hold it. */
-  readonly #byItem = new Map<string, Set<string>>();
+  readonly #byItem = new Map<string, Keys>();
   /** `<scope>|<operation>|<path ids>|<query without paging and expands>` → keys of that list's pages. */
-  readonly #byList = new Map<string, Set<string>>();
+  readonly #byList = new Map<string, Keys>();
   readonly #parsed = new LRUCache<CacheEntry, ParsedPage>({ max: PARSED_PAGES_KEPT });
   /** List entries stored in this tick, indexed in the next (dropped meanwhile: never indexed). */
   readonly #pending = new Map<string, CacheEntry>();
@@ -119,12 +120,12 @@ export class DerivationIndex implements MemoryObserver {
   }
 
   #index(key: string, entry: CacheEntry): void {
-    const indexed = this.pageOf(key, entry);
-    if (indexed === undefined) return;
+    const read = this.#read(key, entry);
+    if (read === undefined) return;
+    const { indexed, items } = read;
     const resource = indexed.req.op.resource;
     if (this.#learn !== undefined && indexed.itemKeys.length > 0) {
-      const page = this.parsed(entry)!;
-      for (const item of page.result) if (typeof item['project_id'] === 'number') this.#learn(`${resource}:${item['id'] as number}`, item['project_id']);
+      items.projects.forEach((project, i) => project !== undefined && this.#learn!(`${resource}:${items.ids[i]!}`, project));
     }
     this.#byKey.set(key, indexed);
     for (const k of indexed.itemKeys) add(this.#byItem, k, key);
@@ -137,14 +138,22 @@ export class DerivationIndex implements MemoryObserver {
    * else, and for a hashed key whose question this replica never asked.
    */
   pageOf(key: string, entry: CacheEntry): IndexedPage | undefined {
+    return this.#read(key, entry)?.indexed;
+  }
+
+  /**
+   * A list entry indexed, and its items' ids and projects: scanned, not parsed (scan.ts: most
+   * pages stored are never derived from), unless the page is parsed already.
+   */
+  #read(key: string, entry: CacheEntry): { indexed: IndexedPage; items: ScannedPage } | undefined {
     const question = questionOf(key, (suffix) => this.#hashed.get(suffix));
     if (question === undefined) return undefined;
-    const page = this.parsed(entry);
-    if (page === undefined) return undefined;
+    const items = itemsOf(this.#parsed.get(entry)) ?? scanBody(entry);
+    if (items === undefined) return undefined;
     const { scope, req } = question;
     const resource = req.op.resource;
-    const itemKeys = RESOURCES[resource].idParam === null ? [] : page.result.map((item) => itemKey(scope, resource, item['id'] as number));
-    return { key, entry, req, itemKeys, listKey: listKey(scope, req) };
+    const itemKeys = RESOURCES[resource].idParam === null ? [] : items.ids.map((id) => itemKey(scope, resource, id));
+    return { indexed: { key, entry, req, itemKeys, listKey: listKey(scope, req) }, items };
   }
 
   /**
@@ -188,8 +197,9 @@ export class DerivationIndex implements MemoryObserver {
     return this.#byKey.size;
   }
 
-  #pages(keys: Set<string> | undefined): IndexedPage[] {
+  #pages(keys: Keys | undefined): IndexedPage[] {
     if (keys === undefined) return [];
+    if (typeof keys === 'string') return [this.#byKey.get(keys)!];
     const pages: IndexedPage[] = [];
     for (const key of keys) pages.push(this.#byKey.get(key)!);
     return pages;
@@ -242,6 +252,20 @@ export function listKey(scope: string, req: CanonicalRequest): string {
   return `${scope}|${req.op.id}|${req.op.pathIds.map((name) => req.ids[name]).join(',')}|${query}`;
 }
 
+/** The ids and projects of a page already parsed. */
+function itemsOf(page: ParsedPage | undefined): ScannedPage | undefined {
+  if (page === undefined) return undefined;
+  return {
+    ids: page.result.map((item) => item['id'] as number),
+    projects: page.result.map((item) => (Number.isSafeInteger(item['project_id']) ? (item['project_id'] as number) : undefined)),
+  };
+}
+
+function scanBody(entry: CacheEntry): ScannedPage | undefined {
+  const body = readBody(entry);
+  return body === undefined ? undefined : scanPage(body);
+}
+
 function parsePage(entry: CacheEntry): ParsedPage | undefined {
   const body = readBody(entry);
   if (body === undefined) return undefined;
@@ -268,15 +292,26 @@ function parsePage(entry: CacheEntry): ParsedPage | undefined {
   };
 }
 
-function add(map: Map<string, Set<string>>, k: string, key: string): void {
-  let keys = map.get(k);
-  if (keys === undefined) map.set(k, (keys = new Set()));
-  keys.add(key);
+/**
+ * Keys by name: one key as itself (a resource is held by one page, most often), a set from the
+ * second on, so that indexing a page of 100 items makes no set per item.
+ */
+type Keys = string | Set<string>;
+
+function add(map: Map<string, Keys>, k: string, key: string): void {
+  const keys = map.get(k);
+  if (keys === undefined || keys === key) return void map.set(k, key);
+  if (typeof keys === 'string') map.set(k, new Set([keys, key]));
+  else keys.add(key);
 }
 
-function remove(map: Map<string, Set<string>>, k: string, key: string): void {
+function remove(map: Map<string, Keys>, k: string, key: string): void {
   const keys = map.get(k);
   if (keys === undefined) return;
+  if (typeof keys === 'string') {
+    if (keys === key) map.delete(k);
+    return;
+  }
   keys.delete(key);
-  if (keys.size === 0) map.delete(k);
+  if (keys.size === 1) map.set(k, keys.values().next().value!);
 }
