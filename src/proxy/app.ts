@@ -249,6 +249,8 @@ function makePipeline(config: Config, deps: ProxyDeps, policy: FreshnessPolicy, 
             grantedUntil: (userId, projectId, mask) => grants.grantedUntil(userId, projectId, mask),
           },
           seenWithinMs: () => identity.ttlMs,
+          confirmMs: () => projects.confirmMs,
+          grantTtlMs: () => grants.ttlMs,
         })
       : undefined;
   const grants = new AreaGrants({

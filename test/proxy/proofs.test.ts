@@ -41,6 +41,8 @@ function keeper() {
       grantedUntil: (userId, projectId, mask) => grants.grantedUntil(userId, projectId, mask),
     },
     seenWithinMs: () => 60_000,
+    confirmMs: () => 60_000,
+    grantTtlMs: () => 300_000,
   });
   const events: string[] = [];
   const sharing: SharingEvents = {

@@ -217,6 +217,45 @@ describe('a member of the project', () => {
     }
   });
 
+  it('without a grant for an area, proves it once when its questions are derived answers: three runs of the team’s list cost one request', async () => {
+    const [r1] = await replicas();
+    const list = (await r1.get(runs('?per_page=100'), a.token)).json().result as { id: number }[]; // the team's entry: it holds the runs
+    const ids = list.slice(0, 3).map((r) => r.id);
+    await emulator.faults({ latency_ms: 300 });
+    try {
+      await emulator.resetStats();
+      const answers = await Promise.all(ids.map((id) => r1.get(`/api/v1/runs/${id}`, b.token)));
+      for (const res of answers) expect(res.status).toBe(200);
+      const byRoute = (await emulator.stats()).by_route;
+      // One of b's questions proved the runs of the project; the others waited for it and were derived from the team's list.
+      expect(byRoute['GET /api/v1/runs/{run_id}'] ?? 0).toBe(1);
+      expect(answers.filter((res) => String(res.headers['cache-status']).includes('detail=derived')).length).toBe(2);
+    } finally {
+      await emulator.clearFaults();
+    }
+  });
+
+  it('whose grant for an area lapsed while the project stays confirmed, proves it once: three runs of the team’s list cost one request', async () => {
+    const [r1] = await replicas();
+    const list = (await r1.get(runs('?per_page=100'), a.token)).json().result as { id: number }[]; // the team's entry: it holds the runs
+    const ids = list.slice(0, 3).map((r) => r.id);
+    expect((await r1.get(runs('?per_page=100'), b.token)).status).toBe(200); // b proves the runs
+    clock += GRANT_MS + 1;
+    // b's project confirmed again (the project's own answer), the runs grant lapsed.
+    expect((await r1.get(`/api/v1/projects/${projectId}`, b.token)).status).toBe(200);
+    expect((await r1.get(runs('?per_page=100'), a.token)).status).toBe(200);
+    await emulator.faults({ latency_ms: 300 });
+    try {
+      await emulator.resetStats();
+      const answers = await Promise.all(ids.map((id) => r1.get(`/api/v1/runs/${id}`, b.token)));
+      for (const res of answers) expect(res.status).toBe(200);
+      const byRoute = (await emulator.stats()).by_route;
+      expect(byRoute['GET /api/v1/runs/{run_id}'] ?? 0).toBe(1);
+    } finally {
+      await emulator.clearFaults();
+    }
+  });
+
   it('opening a dashboard of the project, costs one request per area: the proofs confirm the project, and a question expanding another area proves its own', async () => {
     const [r1] = await replicas();
     const project = `/api/v1/projects/${projectId}`;

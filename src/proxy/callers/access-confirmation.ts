@@ -72,6 +72,11 @@ export class ProjectAccess {
 
   constructor(private o: ProjectAccessOptions) {}
 
+  /** How long a confirmation lasts (`access.projectConfirmMs`). */
+  get confirmMs(): number {
+    return this.o.confirmMs;
+  }
+
   /** A new `access.projectConfirmMs` (a reload): confirmations from now on last that long. */
   reconfigure(confirmMs: number): void {
     this.o = { ...this.o, confirmMs };

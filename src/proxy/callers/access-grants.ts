@@ -73,6 +73,11 @@ export class AreaGrants {
   }
 
   /** A new `access.grantTtlMs` (a reload): grants earned from now on last that long. */
+  /** How long a grant lasts (`access.grantTtlMs`). */
+  get ttlMs(): number {
+    return this.o.ttlMs;
+  }
+
   reconfigure(ttlMs: number): void {
     this.o = { ...this.o, ttlMs };
   }

@@ -4,9 +4,10 @@
  * A shared entry's refresh goes upstream under some member's credential, and its 200 renews that
  * member's proofs (their confirmation of the project, their grant for the operation's area, their
  * identity: read-through.ts). So a background refresh (stale-while-revalidate, refresh-ahead) is
- * asked under the member whose proof expires soonest, among those who may read the entry right
- * now, rather than under whoever happened to read it: the team's proofs are then renewed by the
- * refreshes the team needs anyway, and cost no request of their own.
+ * asked under the member it saves the most (a grant about to lapse, a confirmation due soonest:
+ * `choose`), among those who may read the entry right now, rather than under whoever happened to
+ * read it: the team's proofs are then renewed by the refreshes the team needs anyway, and cost
+ * no request of their own.
  *
  * A member may be chosen only while all of this holds at the choice:
  * - they read a shared answer of the project on this replica within `identity.ttlMs` (seen);
@@ -52,6 +53,10 @@ export interface RefreshersOptions {
   readonly proofs: Proofs;
   /** How long after their last read a member's credential may still be chosen (`identity.ttlMs`). */
   readonly seenWithinMs: () => number;
+  /** How long a confirmation of the project lasts (`access.projectConfirmMs`). */
+  readonly confirmMs: () => number;
+  /** How long a grant for an area lasts (`access.grantTtlMs`). */
+  readonly grantTtlMs: () => number;
 }
 
 const MAX_PROJECTS = 10_000;
@@ -83,27 +88,40 @@ export class Refreshers {
 
   /**
    * The credential a refresh of a shared entry of `projectId` revealing the areas in `mask` is
-   * asked under at `now`: the member who may read it whose proof expires soonest, one without a
-   * refresh under way preferred; undefined when nobody qualifies (the caller then uses the
-   * reader's own). `release` must be called with the answer once the refresh is over.
+   * asked under at `now`: the member who may read it for whom it saves the most requests, one
+   * without a refresh under way preferred; undefined when nobody qualifies (the caller then uses
+   * the reader's own). `release` must be called with the answer once the refresh is over.
+   *
+   * What a refresh's 200 saves a member, counted in requests of their own it spares them: the
+   * part of a proof they would otherwise ask for themselves that it renews early, for each of
+   * - their grant for the refreshed areas (a proof of that area once it lapses): all of one when
+   *   it lapses now, nothing when just earned;
+   * - their confirmation of the project, or their identity, which it renews too (a
+   *   `GET /projects/{id}` of theirs once the sooner lapses): likewise over `projectConfirmMs`.
+   * Confirmations alone (the soonest first) would leave grants to chance: a team's grants, earned
+   * together at its first load, would lapse together, and each area is refreshed about as often
+   * as a team of ten needs its grants renewed one by one.
    */
   choose(projectId: number, mask: number, now: number): Credential | undefined {
     const members = this.#byProject.get(projectId);
     if (members === undefined) return undefined;
     const proofs = this.o.proofs;
     const seenSince = now - this.o.seenWithinMs();
+    const confirmMs = Math.max(1, this.o.confirmMs());
+    const grantMs = Math.max(1, this.o.grantTtlMs());
     let best: Member | undefined;
-    let bestDue = Infinity;
+    let bestScore = -Infinity;
     for (const m of members.values()) {
       if (m.seenAt < seenSince || !proofs.isLive(m, now)) continue;
       const confirmed = proofs.confirmedUntil(m.caller.userId, projectId);
       if (!(now < confirmed)) continue;
       const granted = mask === 0 ? Infinity : proofs.grantedUntil(m.caller.userId, projectId, mask);
       if (!(now < granted)) continue;
-      const due = Math.min(confirmed, granted, m.caller.verifiedUntil);
+      const grantSaved = mask === 0 ? 0 : 1 - Math.min(1, (granted - now) / grantMs);
+      const confirmationSaved = 1 - Math.min(1, (Math.min(confirmed, m.caller.verifiedUntil) - now) / confirmMs);
       // A member with a refresh under way is renewed by it: ranked after every member without one.
-      const rank = m.pending > 0 ? due + RANK_PENDING : due;
-      if (rank < bestDue) [best, bestDue] = [m, rank];
+      const score = grantSaved + confirmationSaved - (m.pending > 0 ? PENDING_PENALTY : 0);
+      if (score > bestScore) [best, bestScore] = [m, score];
     }
     if (best !== undefined) best.pending++;
     return best;
@@ -116,8 +134,8 @@ export class Refreshers {
   }
 }
 
-/** Past any expiry: a member with a refresh pending ranks after all others. */
-const RANK_PENDING = 1e15;
+/** More than any refresh saves (at most 2): a member with a refresh pending ranks after all others. */
+const PENDING_PENALTY = 10;
 
 function evictLeastRecentlySeen(members: Map<number, Member>): void {
   let oldest: number | undefined;
