@@ -219,42 +219,42 @@ describe('a member of the project', () => {
 
   it('without a grant for an area, proves it once when its questions are derived answers: three runs of the team’s list cost one request', async () => {
     const [r1] = await replicas();
-    const list = (await r1.get(runs('?per_page=100'), a.token)).json().result as { id: number }[]; // the team's entry: it holds the runs
-    const ids = list.slice(0, 3).map((r) => r.id);
-    await emulator.faults({ latency_ms: 300 });
-    try {
-      await emulator.resetStats();
-      const answers = await Promise.all(ids.map((id) => r1.get(`/api/v1/runs/${id}`, b.token)));
-      for (const res of answers) expect(res.status).toBe(200);
-      const byRoute = (await emulator.stats()).by_route;
-      // One of b's questions proved the runs of the project; the others waited for it and were derived from the team's list.
-      expect(byRoute['GET /api/v1/runs/{run_id}'] ?? 0).toBe(1);
-      expect(answers.filter((res) => String(res.headers['cache-status']).includes('detail=derived')).length).toBe(2);
-    } finally {
-      await emulator.clearFaults();
-    }
+    const ids = await teamRunsList(r1);
+    const answers = await askedTogether(r1, ids);
+    // One of b's questions proved the runs of the project; the others waited for it and were derived from the team's list.
+    expect(answers.filter((res) => String(res.headers['cache-status']).includes('detail=derived')).length).toBe(2);
   });
 
   it('whose grant for an area lapsed while the project stays confirmed, proves it once: three runs of the team’s list cost one request', async () => {
     const [r1] = await replicas();
-    const list = (await r1.get(runs('?per_page=100'), a.token)).json().result as { id: number }[]; // the team's entry: it holds the runs
-    const ids = list.slice(0, 3).map((r) => r.id);
+    const ids = await teamRunsList(r1);
     expect((await r1.get(runs('?per_page=100'), b.token)).status).toBe(200); // b proves the runs
     clock += GRANT_MS + 1;
     // b's project confirmed again (the project's own answer), the runs grant lapsed.
     expect((await r1.get(`/api/v1/projects/${projectId}`, b.token)).status).toBe(200);
     expect((await r1.get(runs('?per_page=100'), a.token)).status).toBe(200);
+    await askedTogether(r1, ids);
+  });
+
+  /** The team's runs list, filled by a on `p` (it holds the runs, and places them in the project): three of its runs. */
+  async function teamRunsList(p: TestProxy): Promise<number[]> {
+    const list = (await p.get(runs('?per_page=100'), a.token)).json().result as { id: number }[];
+    return list.slice(0, 3).map((r) => r.id);
+  }
+
+  /** The runs `ids` asked by b at once, the instance slow: all 200, one request of the instance (b's proof). */
+  async function askedTogether(p: TestProxy, ids: readonly number[]): Promise<TestResponse[]> {
     await emulator.faults({ latency_ms: 300 });
     try {
       await emulator.resetStats();
-      const answers = await Promise.all(ids.map((id) => r1.get(`/api/v1/runs/${id}`, b.token)));
+      const answers = await Promise.all(ids.map((id) => p.get(`/api/v1/runs/${id}`, b.token)));
       for (const res of answers) expect(res.status).toBe(200);
-      const byRoute = (await emulator.stats()).by_route;
-      expect(byRoute['GET /api/v1/runs/{run_id}'] ?? 0).toBe(1);
+      expect((await emulator.stats()).by_route['GET /api/v1/runs/{run_id}'] ?? 0).toBe(1);
+      return answers;
     } finally {
       await emulator.clearFaults();
     }
-  });
+  }
 
   it('opening a dashboard of the project, costs one request per area: the proofs confirm the project, and a question expanding another area proves its own', async () => {
     const [r1] = await replicas();
