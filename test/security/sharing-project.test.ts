@@ -236,13 +236,25 @@ describe('a member of the project', () => {
     await askedTogether(r1, ids);
   });
 
+  it('whose confirmation of the project is due, is confirmed once: three runs of the team’s list cost one request', async () => {
+    const [r1] = await replicas();
+    const ids = await teamRunsList(r1);
+    expect((await r1.get(runs('?per_page=100'), b.token)).status).toBe(200); // b proves the runs, and the project
+    clock += CONFIRM_MS + 1;
+    expect((await r1.get(runs('?per_page=100'), a.token)).status).toBe(200);
+    // A run's fill under b's token confirms the project; the other two are derived after it.
+    const answers = await askedTogether(r1, ids);
+    expect((await emulator.stats()).total).toBe(1);
+    expect(answers.filter((res) => String(res.headers['cache-status']).includes('detail=derived')).length).toBe(2);
+  });
+
   /** The team's runs list, filled by a on `p` (it holds the runs, and places them in the project): three of its runs. */
   async function teamRunsList(p: TestProxy): Promise<number[]> {
     const list = (await p.get(runs('?per_page=100'), a.token)).json().result as { id: number }[];
     return list.slice(0, 3).map((r) => r.id);
   }
 
-  /** The runs `ids` asked by b at once, the instance slow: all 200, one request of the instance (b's proof). */
+  /** The runs `ids` asked by b at once, the instance slow: all 200, one run asked of the instance (b's proof). */
   async function askedTogether(p: TestProxy, ids: readonly number[]): Promise<TestResponse[]> {
     await emulator.faults({ latency_ms: 300 });
     try {
