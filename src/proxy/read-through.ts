@@ -38,7 +38,7 @@ import type { Credential } from './callers/refreshers.js';
 import { decideOwn, decidePlaced, ownerOf, placedAfterFill, type Decision } from './decide.js';
 import { judge, type Facts, type FillVerdict, type Found, type Occasion } from './judge.js';
 import { RefreshAhead } from './refresh-ahead.js';
-import type { Deriver } from './derive/deriver.js';
+import type { DerivableOccasion, Deriver } from './derive/deriver.js';
 import type { RetryAfterGate } from './callers/retry-after.js';
 import { localAnswer, upstreamFailure, type Served } from './respond/served.js';
 import { isStorable, makeEntry } from './storable.js';
@@ -177,12 +177,14 @@ export class ReadThrough {
         // Nothing fresh held: a derived answer (derive/deriver.ts) spares the instance, when one is
         // certain; else a source being filled or refreshed here is waited for (once), then derived
         // from; else one another replica stored in Redis, when one is recorded there.
-        const step =
-          verdict.kind === 'fill' && occasion === 'lookup' ? this.o.deriver?.miss(d, now, this.#facts, this.#running, !d.request.sourceWaited) : undefined;
+        // So is a question whose own entry expired while its caller's access was due for
+        // confirmation, once confirmed: a poll confirms the member and reads the team's fresh lists.
+        const derivable = verdict.kind === 'fill' && (occasion === 'lookup' || occasion === 'access-confirmed') ? occasion : undefined;
+        const step = derivable !== undefined ? this.o.deriver?.miss(d, now, this.#facts, this.#running, !d.request.sourceWaited, derivable) : undefined;
         if (step === undefined) return this.#placeOrFill(d, found, now, verdict.kind);
         if (step.kind === 'confirm-access') return this.#confirmThenDerive(d, found, step.projectId);
         if (step.kind === 'wait') return this.#afterSource(d, step.source);
-        if (step.kind === 'ask-shared') return this.#deriveSharedOrFill(d, found, now, verdict.kind);
+        if (step.kind === 'ask-shared') return this.#deriveSharedOrFill(d, found, now, verdict.kind, derivable);
         return step;
       }
     }
@@ -195,8 +197,8 @@ export class ReadThrough {
   }
 
   /** A derived answer from a source another replica stored (derive/deriver.ts `answerShared`), else the miss goes on as before. */
-  async #deriveSharedOrFill(d: Decision, found: Found | undefined, now: number, how: FillVerdict): Promise<Served> {
-    const derived = await this.o.deriver!.answerShared(d, now, this.#facts);
+  async #deriveSharedOrFill(d: Decision, found: Found | undefined, now: number, how: FillVerdict, occasion: DerivableOccasion = 'lookup'): Promise<Served> {
+    const derived = await this.o.deriver!.answerShared(d, now, this.#facts, occasion);
     if (derived !== undefined) return derived.kind === 'confirm-access' ? this.#confirmThenDerive(d, found, derived.projectId) : derived;
     return this.#placeOrFill(d, found, this.o.now(), how);
   }

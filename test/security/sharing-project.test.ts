@@ -22,6 +22,8 @@ const CONFIRM_MS = 2_000;
 const GRANT_MS = 60_000;
 /** Every answer stays fresh far past the windows: only the access checks can stop it. */
 const HOUR = { ttlMs: 3_600_000, staleWhileRevalidateMs: 3_600_000 };
+/** Fresh for 10 s, then stale for 1 s: expired after, but still held (for stale-if-error). */
+const BRIEF = { ttlMs: 10_000, staleWhileRevalidateMs: 1_000 };
 const CONFIG: DeepPartial<Config> = {
   identity: { ttlMs: 10 * 3_600_000 },
   access: { projectConfirmMs: CONFIRM_MS, grantTtlMs: GRANT_MS },
@@ -246,6 +248,26 @@ describe('a member of the project', () => {
     const answers = await askedTogether(r1, ids);
     expect((await emulator.stats()).total).toBe(1);
     expect(answers.filter((res) => String(res.headers['cache-status']).includes('detail=derived')).length).toBe(2);
+  });
+
+  it('whose confirmation is due, reads runs whose own entries expired derived from the team’s fresh list: one confirmation, no run asked', async () => {
+    const [r1] = await replicas({ cache: { ...CONFIG.cache, freshness: { default: BRIEF, settled: BRIEF, byResource: {} } } });
+    const ids = await teamRunsList(r1);
+    expect((await r1.get(runs('?per_page=100'), b.token)).status).toBe(200); // b proves the runs, and the project
+    // The runs' own entries, filled once (no-cache: not derived), as a dashboard's first load leaves them.
+    for (const id of ids) expect((await r1.get(`/api/v1/runs/${id}`, b.token, { 'cache-control': 'no-cache' })).status).toBe(200);
+    clock += BRIEF.ttlMs + BRIEF.staleWhileRevalidateMs + 1;
+    expect((await r1.get(runs('?per_page=100'), a.token)).status).toBe(200); // the team's list, fresh again
+    await emulator.faults({ latency_ms: 300 });
+    try {
+      await emulator.resetStats();
+      const answers = await Promise.all(ids.map((id) => r1.get(`/api/v1/runs/${id}`, b.token)));
+      for (const res of answers) expect(res.status).toBe(200);
+      expect((await emulator.stats()).by_route).toEqual({ 'GET /api/v1/projects/{project_id}': 1 });
+      expect(answers.every((res) => String(res.headers['cache-status']).includes('detail=derived'))).toBe(true);
+    } finally {
+      await emulator.clearFaults();
+    }
   });
 
   /** The team's runs list, filled by a on `p` (it holds the runs, and places them in the project): three of its runs. */

@@ -68,6 +68,9 @@ interface Plan {
 }
 
 /** What a question about to be filled does instead (`Deriver.miss`): a derived answer or the confirmation it waits for, a source's fill to wait for, or a look in Redis. */
+/** Why a question is judged when a derived answer may answer it: looked up, or looked up again once its caller's access was confirmed. */
+export type DerivableOccasion = Extract<Occasion, 'lookup' | 'access-confirmed'>;
+
 export type MissStep = Derived | { readonly kind: 'wait'; readonly source: Promise<unknown> } | { readonly kind: 'ask-shared' };
 
 const ASK_SHARED: MissStep = Object.freeze({ kind: 'ask-shared' });
@@ -116,7 +119,7 @@ export class Deriver {
    * certain from a fresh source this caller may be served (then the question is filled as
    * before). `facts`: what the judge reads; `occasion`: `access-confirmed` once it was.
    */
-  answer(d: Decision, now: number, facts: Facts, occasion: Extract<Occasion, 'lookup' | 'access-confirmed'> = 'lookup'): Derived | undefined {
+  answer(d: Decision, now: number, facts: Facts, occasion: DerivableOccasion = 'lookup'): Derived | undefined {
     const derived = this.#answer(d, now, facts, occasion);
     return derived === undefined ? undefined : this.#counted(d, derived);
   }
@@ -137,12 +140,7 @@ export class Deriver {
    * answers it, exactly as a page memory held would. A page gone, replaced, of another scope or not
    * holding what its name says is skipped: only the entry read is trusted.
    */
-  async answerShared(
-    d: Decision,
-    now: number,
-    facts: Facts,
-    occasion: Extract<Occasion, 'lookup' | 'access-confirmed'> = 'lookup',
-  ): Promise<Derived | undefined> {
+  async answerShared(d: Decision, now: number, facts: Facts, occasion: DerivableOccasion = 'lookup'): Promise<Derived | undefined> {
     const shared = this.o.shared;
     const plan = shared === undefined ? undefined : this.#plan(d);
     if (plan === undefined) return undefined;
@@ -166,10 +164,11 @@ export class Deriver {
    * `sourceInFlight`); else, with Redis, a look there (`ask-shared`: `answerShared`); undefined
    * when nothing may answer it but the instance.
    */
-  miss(d: Decision, now: number, facts: Facts, running: Running, mayWait: boolean): MissStep | undefined {
+  // eslint-disable-next-line max-params -- the miss as the read-through judged it: its facts, its fills under way, and why it was judged
+  miss(d: Decision, now: number, facts: Facts, running: Running, mayWait: boolean, occasion: DerivableOccasion = 'lookup'): MissStep | undefined {
     const plan = this.#plan(d);
     if (plan === undefined) return undefined;
-    const derived = this.#fromMemory(d, plan, { now, facts, occasion: 'lookup' });
+    const derived = this.#fromMemory(d, plan, { now, facts, occasion });
     if (derived !== undefined) return this.#counted(d, derived);
     const source = mayWait ? this.#inFlight(d, plan, { now, facts }, running) : undefined;
     if (source !== undefined) return { kind: 'wait', source };
