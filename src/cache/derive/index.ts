@@ -8,9 +8,9 @@
  * LRU. A list stored is indexed just after the tick that stored it (`setImmediate`), or at the
  * first lookup before that, so that reading its body (a scan of its items' ids, scan.ts: one per
  * list entry stored, never on a memory hit) does not delay the answer that brought it, and a
- * lookup always sees every list memory holds. A page is parsed only when an answer is derived from
- * it, and kept parsed in a small memo, since the questions it answers tend to follow it. What it indexes is what this replica's memory holds; across
- * replicas, the Redis tier records each list page it writes under the names given here
+ * lookup always sees every list memory holds. A page is parsed only when an answer is derived
+ * from it, and kept parsed in a small memo, since the questions it answers tend to follow it.
+ * What it indexes is what this replica's memory holds; across replicas, the Redis tier records each list page it writes under the names given here
  * (`sharedNames`, redis/derive-sets.ts), and a replica reads such a page as a source
  * (`pageOf`, derive/deriver.ts `answerShared`), then holds it in memory and indexes it here.
  *
@@ -125,7 +125,10 @@ export class DerivationIndex implements MemoryObserver {
     const { indexed, items } = read;
     const resource = indexed.req.op.resource;
     if (this.#learn !== undefined && indexed.itemKeys.length > 0) {
-      items.projects.forEach((project, i) => project !== undefined && this.#learn!(`${resource}:${items.ids[i]!}`, project));
+      items.ids.forEach((id, i) => {
+        const project = items.projects[i];
+        if (project !== undefined) this.#learn!(`${resource}:${id}`, project);
+      });
     }
     this.#byKey.set(key, indexed);
     for (const k of indexed.itemKeys) add(this.#byItem, k, key);

@@ -67,10 +67,10 @@ interface Plan {
   readonly bodyOf: (source: IndexedPage) => string | undefined;
 }
 
-/** What a question about to be filled does instead (`Deriver.miss`): a derived answer or the confirmation it waits for, a source's fill to wait for, or a look in Redis. */
 /** Why a question is judged when a derived answer may answer it: looked up, or looked up again once its caller's access was confirmed. */
 export type DerivableOccasion = Extract<Occasion, 'lookup' | 'access-confirmed'>;
 
+/** What a question about to be filled does instead (`Deriver.miss`): a derived answer or the confirmation it waits for, a source's fill to wait for, or a look in Redis. */
 export type MissStep = Derived | { readonly kind: 'wait'; readonly source: Promise<unknown> } | { readonly kind: 'ask-shared' };
 
 const ASK_SHARED: MissStep = Object.freeze({ kind: 'ask-shared' });
