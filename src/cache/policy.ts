@@ -23,6 +23,7 @@ import { resourcesInPath } from '../api/route.js';
 import type { Config, FreshnessRule } from '../config/schema.js';
 import type { SharedTierBudget } from './budget.js';
 import { DEFAULT_STORED_HEADERS } from './entry.js';
+import { scanPage } from './derive/scan.js';
 
 /** Told of the resources one answer placed in their project (`run:7` → 4), with its fill's budget. */
 export type Learned = (learned: readonly (readonly [tag: string, projectId: number])[], budget: SharedTierBudget | undefined) => void;
@@ -204,21 +205,17 @@ export class FreshnessPolicy {
   /**
    * The items of a list of resources a path can name (a project's runs, milestones, sessions,
    * sources) name their project: each is remembered, so that a later `/runs/{id}` is placed in
-   * its project's shared scope. One parse per list fill, only when sharing by project.
+   * its project's shared scope. Only when sharing by project; read by the scan of the derivation
+   * index (derive/scan.ts), whose result the index then reuses: no parse of the page.
    */
   private learnListed(op: Operation, body: Buffer, learned: [string, number][] | undefined): void {
     if (RESOURCES[op.resource].idParam === null) return;
-    let items: unknown;
-    try {
-      items = (JSON.parse(body.toString('utf8')) as { result?: unknown }).result;
-    } catch {
-      return;
-    }
-    if (!Array.isArray(items)) return;
-    for (const item of items as unknown[]) {
-      if (item === null || typeof item !== 'object') continue;
-      const { id, project_id: projectId } = item as Record<string, unknown>;
-      if (typeof id === 'number' && typeof projectId === 'number') this.rememberProject(tagOf(op.resource, id), projectId, learned);
+    const items = scanPage(body);
+    if (items === undefined) return;
+    const { ids, projects } = items;
+    for (let i = 0; i < ids.length; i++) {
+      const projectId = projects[i];
+      if (projectId !== undefined) this.rememberProject(tagOf(op.resource, ids[i]!), projectId, learned);
     }
   }
 }

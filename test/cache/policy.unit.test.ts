@@ -181,7 +181,17 @@ describe('what answers teach of their resources’ projects (cache.sharing: proj
   it('tells once per answer what it taught, with the budget of the request that filled it, and nothing it already knew', () => {
     const { p, told } = learning();
     const budget = { sharedTierSpent: false };
-    const page = { result: [1, 2, 3].map((id) => ({ id, project_id: 4 })) };
+    // As the instance answers a list (spec, List envelope): the items are read only from that.
+    const page = {
+      page: 1,
+      prev_page: null,
+      next_page: null,
+      last_page: 1,
+      per_page: 100,
+      total: 3,
+      result: [1, 2, 3].map((id) => ({ id, project_id: 4 })),
+      expands: {},
+    };
     decideWith(p, 'listRuns', { project_id: 4 }, page, budget);
     expect(told).toEqual([
       {

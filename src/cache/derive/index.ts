@@ -14,9 +14,9 @@
  * (`sharedNames`, redis/derive-sets.ts), and a replica reads such a page as a source
  * (`pageOf`, derive/deriver.ts `answerShared`), then holds it in memory and indexes it here.
  *
- * A key whose query is too long to keep inline is hashed (key.ts): its question is the one seen on
- * its way to the instance (`asking`), and one this replica never asked (another replica's, read
- * from Redis) is not indexed. Not indexed either: a key naming a browser's Origin, and a body
+ * A list's question is the one seen on its way to the instance (`asking`), else read back from its
+ * key. A key whose query is too long to keep inline is hashed (key.ts): one this replica never
+ * asked (another replica's, read from Redis) is not indexed. Not indexed either: a key naming a browser's Origin, and a body
  * that is not the list envelope.
  */
 import { LRUCache } from 'lru-cache';
@@ -43,12 +43,15 @@ export interface IndexedPage {
   readonly entry: CacheEntry;
   /** Its question, read back from its key. */
   readonly req: CanonicalRequest;
-  readonly itemKeys: readonly string[];
+  /** The ids of the resources it holds (none for a list of resources no path names by id), indexed under `itemGroup`. */
+  readonly ids: readonly number[];
+  /** `<scope>|<resource>`: where its items are indexed. */
+  readonly itemGroup: string;
   readonly listKey: string;
 }
 
-/** Long list questions remembered until their entry is stored (a fill takes seconds at most, the entries many). */
-const HASHED_QUESTIONS_KEPT = 4_096;
+/** List questions remembered until their entry is stored (a fill takes seconds at most, the entries many). */
+const QUESTIONS_KEPT = 4_096;
 
 /** Parsed pages kept for the derivations that follow them: a few, as a page of 100 runs parses into some hundred KB. */
 const PARSED_PAGES_KEPT = 64;
@@ -60,8 +63,11 @@ const PAGING_PARAMS = new Set(['page', 'per_page', 'expands']);
 
 export class DerivationIndex implements MemoryObserver {
   readonly #byKey = new Map<string, IndexedPage>();
-  /** `<scope>|<resource>:<id>` → keys of the pages that hold it. */
-  readonly #byItem = new Map<string, Keys>();
+  /**
+   * `<scope>|<resource>` → id → keys of the pages that hold that resource: a page's 100 items are
+   * 100 look-ups by number in one map, no string made per item.
+   */
+  readonly #byItem = new Map<string, Map<number, Keys>>();
   /** `<scope>|<operation>|<path ids>|<query without paging and expands>` → keys of that list's pages. */
   readonly #byList = new Map<string, Keys>();
   readonly #parsed = new LRUCache<CacheEntry, ParsedPage>({ max: PARSED_PAGES_KEPT });
@@ -78,15 +84,15 @@ export class DerivationIndex implements MemoryObserver {
   teach(learn: (tag: string, projectId: number) => void): void {
     this.#learn = learn;
   }
-  /** The questions of list keys whose query is hashed (too long to keep inline, key.ts), by key suffix: as seen on their way to a fill. */
-  readonly #hashed = new LRUCache<string, CanonicalRequest>({ max: HASHED_QUESTIONS_KEPT });
+  /** List questions by key suffix, as seen on their way to a fill: the only way back from a hashed query (key.ts), and no parse of a key's query for the others. */
+  readonly #asked = new LRUCache<string, CanonicalRequest>({ max: QUESTIONS_KEPT });
 
   /**
-   * A list question on its way to the instance (derive/deriver.ts sees every one): kept when its
-   * key hashes its query, so that its entry, once stored, can be indexed by what it asked.
+   * A list question on its way to the instance (derive/deriver.ts sees every one): kept, so that
+   * its entry, once stored, is indexed by what it asked without reading its key's query again.
    */
   asking(suffix: string, req: CanonicalRequest): void {
-    if (suffix.includes('|#')) this.#hashed.set(suffix, req);
+    this.#asked.set(suffix, req);
   }
 
   stored(key: string, entry: CacheEntry): void {
@@ -124,14 +130,19 @@ export class DerivationIndex implements MemoryObserver {
     if (read === undefined) return;
     const { indexed, items } = read;
     const resource = indexed.req.op.resource;
-    if (this.#learn !== undefined && indexed.itemKeys.length > 0) {
-      items.ids.forEach((id, i) => {
+    const ids = indexed.ids;
+    if (this.#learn !== undefined) {
+      for (let i = 0; i < ids.length; i++) {
         const project = items.projects[i];
-        if (project !== undefined) this.#learn!(`${resource}:${id}`, project);
-      });
+        if (project !== undefined) this.#learn(`${resource}:${ids[i]}`, project);
+      }
     }
     this.#byKey.set(key, indexed);
-    for (const k of indexed.itemKeys) add(this.#byItem, k, key);
+    if (ids.length > 0) {
+      let group = this.#byItem.get(indexed.itemGroup);
+      if (group === undefined) this.#byItem.set(indexed.itemGroup, (group = new Map()));
+      for (const id of ids) add(group, id, key);
+    }
     add(this.#byList, indexed.listKey, key);
   }
 
@@ -149,14 +160,14 @@ export class DerivationIndex implements MemoryObserver {
    * pages stored are never derived from), unless the page is parsed already.
    */
   #read(key: string, entry: CacheEntry): { indexed: IndexedPage; items: ScannedPage } | undefined {
-    const question = questionOf(key, (suffix) => this.#hashed.get(suffix));
+    const question = questionOf(key, (suffix) => this.#asked.get(suffix));
     if (question === undefined) return undefined;
     const items = itemsOf(this.#parsed.get(entry)) ?? scanBody(entry);
     if (items === undefined) return undefined;
     const { scope, req } = question;
     const resource = req.op.resource;
-    const itemKeys = RESOURCES[resource].idParam === null ? [] : items.ids.map((id) => itemKey(scope, resource, id));
-    return { indexed: { key, entry, req, itemKeys, listKey: listKey(scope, req) }, items };
+    const ids = RESOURCES[resource].idParam === null ? [] : items.ids;
+    return { indexed: { key, entry, req, ids, itemGroup: `${scope}|${resource}`, listKey: listKey(scope, req) }, items };
   }
 
   /**
@@ -170,13 +181,16 @@ export class DerivationIndex implements MemoryObserver {
     const known = this.#byKey.get(key);
     const pending = this.#pending.get(key);
     const same = known?.entry.etag === entry.etag ? known : this.pageOf(key, pending?.etag === entry.etag ? pending : entry);
-    return same === undefined ? undefined : [...same.itemKeys, same.listKey];
+    if (same === undefined) return undefined;
+    const names = same.ids.map((id) => `${same.itemGroup}:${id}`);
+    names.push(same.listKey);
+    return names;
   }
 
   /** The pages of `scope` that hold the resource `resource:id`. */
   pagesHolding(scope: string, resource: ResourceName, id: number): IndexedPage[] {
     if (this.#pending.size > 0) this.#indexPending();
-    return this.#pages(this.#byItem.get(itemKey(scope, resource, id)));
+    return this.#pages(this.#byItem.get(`${scope}|${resource}`)?.get(id));
   }
 
   /** The pages of `scope` of the list `req` asks for: the same operation, path ids, filters, sort and order. */
@@ -210,23 +224,26 @@ export class DerivationIndex implements MemoryObserver {
 
   #unindex(indexed: IndexedPage): void {
     this.#byKey.delete(indexed.key);
-    for (const k of indexed.itemKeys) remove(this.#byItem, k, indexed.key);
+    if (indexed.ids.length > 0) {
+      const group = this.#byItem.get(indexed.itemGroup)!;
+      for (const id of indexed.ids) remove(group, id, indexed.key);
+      if (group.size === 0) this.#byItem.delete(indexed.itemGroup);
+    }
     remove(this.#byList, indexed.listKey, indexed.key);
   }
 }
 
 /** A list entry's key read back: its scope and canonical question; undefined for anything else. */
-function questionOf(key: string, hashed: (suffix: string) => CanonicalRequest | undefined): { scope: string; req: CanonicalRequest } | undefined {
+function questionOf(key: string, asked: (suffix: string) => CanonicalRequest | undefined): { scope: string; req: CanonicalRequest } | undefined {
   // `<scope>|<version>|<operation>|<path ids>|<query>` (key.ts); a sixth part names an Origin.
   const parts = key.split('|');
   if (parts.length !== 5 || parts[1] !== KEY_VERSION) return undefined;
   const [scope, , operationId, idList, query] = parts as [string, string, string, string, string];
   const op = LIST_OPERATIONS.get(operationId);
   if (op === undefined) return undefined;
-  if (query.startsWith('#')) {
-    const req = hashed(key.slice(scope.length));
-    return req === undefined ? undefined : { scope, req };
-  }
+  const seen = asked(key.slice(scope.length));
+  if (seen !== undefined) return { scope, req: seen };
+  if (query.startsWith('#')) return undefined;
   const values = idList === '' ? [] : idList.split(',').map(Number);
   if (values.length !== op.pathIds.length) return undefined;
   const ids: Record<string, number> = {};
@@ -238,7 +255,7 @@ function questionOf(key: string, hashed: (suffix: string) => CanonicalRequest | 
   }
 }
 
-/** The name of one resource of a scope, as the pages holding it are indexed (here, and in Redis: derive/deriver.ts). */
+/** The name of one resource of a scope, as the pages holding it are named in Redis (`sharedNames`; derive/deriver.ts reads them). */
 export function itemKey(scope: string, resource: ResourceName, id: number): string {
   return `${scope}|${resource}:${id}`;
 }
@@ -301,14 +318,14 @@ function parsePage(entry: CacheEntry): ParsedPage | undefined {
  */
 type Keys = string | Set<string>;
 
-function add(map: Map<string, Keys>, k: string, key: string): void {
+function add<K>(map: Map<K, Keys>, k: K, key: string): void {
   const keys = map.get(k);
   if (keys === undefined || keys === key) return void map.set(k, key);
   if (typeof keys === 'string') map.set(k, new Set([keys, key]));
   else keys.add(key);
 }
 
-function remove(map: Map<string, Keys>, k: string, key: string): void {
+function remove<K>(map: Map<K, Keys>, k: K, key: string): void {
   const keys = map.get(k);
   if (keys === undefined) return;
   if (typeof keys === 'string') {

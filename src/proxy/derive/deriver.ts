@@ -265,10 +265,11 @@ export class Deriver {
     if (resource !== undefined) {
       const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
       const name = itemKey(d.scope, resource, id);
+      const group = `${d.scope}|${resource}`;
       return {
         name,
         pages: () => this.o.index.pagesHolding(d.scope, resource, id),
-        names: (page) => page.itemKeys.includes(name),
+        names: (page) => page.itemGroup === group && page.ids.includes(id),
         bodyOf: (source) => {
           if (!coversExpands(source.req.expands, d.canonical.expands)) return undefined;
           const page = this.o.index.parsed(source.entry);
