@@ -142,6 +142,14 @@ describe('conventions', () => {
     expect(text).not.toContain('tm_cache_process_');
   });
 
+  it("samples the event loop's delay every 100 ms, not prom-client's 10: an idle replica is not woken 100 times a second", () => {
+    // The histogram records the interval between two samples: never less than the sampling interval
+    // (about 0.01 s at prom-client's default). With no sample yet its minimum would be huge: bounded above too.
+    const min = sample('nodejs_eventloop_lag_min_seconds');
+    expect(min).toBeGreaterThanOrEqual(0.099);
+    expect(min).toBeLessThan(10);
+  });
+
   it('names every counter _total and every histogram _seconds, and no label carries a credential or a user id', () => {
     const types = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1]!, m[2]!] as const);
     for (const [name, type] of types.filter(([n]) => n.startsWith('tm_cache_'))) {

@@ -16,8 +16,8 @@
  *
  * A list's question is the one seen on its way to the instance (`asking`), else read back from its
  * key. A key whose query is too long to keep inline is hashed (key.ts): one this replica never
- * asked (another replica's, read from Redis) is not indexed. Not indexed either: a key naming a browser's Origin, and a body
- * that is not the list envelope.
+ * asked (another replica's, read from Redis) is not indexed. Not indexed either: a key naming a
+ * browser's Origin, and a body that is not the list envelope.
  */
 import { LRUCache } from 'lru-cache';
 import { OPERATIONS, RESOURCES, type Operation, type ResourceName } from '../../api/catalogue.js';
@@ -41,7 +41,7 @@ export interface IndexedPage {
   readonly key: string;
   /** The entry indexed: a source is served only while memory still holds this very one. */
   readonly entry: CacheEntry;
-  /** Its question, read back from its key. */
+  /** Its question: as asked on its way to the instance, else read back from its key. */
   readonly req: CanonicalRequest;
   /** The ids of the resources it holds (none for a list of resources no path names by id), indexed under `itemGroup`. */
   readonly ids: readonly number[];
