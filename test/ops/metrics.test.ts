@@ -143,10 +143,11 @@ describe('conventions', () => {
   });
 
   it("samples the event loop's delay every 100 ms, not prom-client's 10: an idle replica is not woken 100 times a second", () => {
-    // The histogram records the interval between two samples: never less than the sampling interval
-    // (about 0.01 s at prom-client's default). With no sample yet its minimum would be huge: bounded above too.
+    // The histogram records the interval between two samples: about the sampling interval at least
+    // (0.01 s at prom-client's default; a timer may fire a few ms early after a late one, hence
+    // the margin). With no sample yet its minimum would be huge: bounded above too.
     const min = sample('nodejs_eventloop_lag_min_seconds');
-    expect(min).toBeGreaterThanOrEqual(0.099);
+    expect(min).toBeGreaterThanOrEqual(0.05);
     expect(min).toBeLessThan(10);
   });
 
