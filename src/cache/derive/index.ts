@@ -167,7 +167,7 @@ export class DerivationIndex implements MemoryObserver {
     const { scope, req } = question;
     const resource = req.op.resource;
     const ids = RESOURCES[resource].idParam === null ? [] : items.ids;
-    return { indexed: { key, entry, req, ids, itemGroup: `${scope}|${resource}`, listKey: listKey(scope, req) }, items };
+    return { indexed: { key, entry, req, ids, itemGroup: itemGroupOf(scope, resource), listKey: listKey(scope, req) }, items };
   }
 
   /**
@@ -182,7 +182,7 @@ export class DerivationIndex implements MemoryObserver {
     const pending = this.#pending.get(key);
     const same = known?.entry.etag === entry.etag ? known : this.pageOf(key, pending?.etag === entry.etag ? pending : entry);
     if (same === undefined) return undefined;
-    const names = same.ids.map((id) => `${same.itemGroup}:${id}`);
+    const names = same.ids.map((id) => itemName(same.itemGroup, id));
     names.push(same.listKey);
     return names;
   }
@@ -190,7 +190,7 @@ export class DerivationIndex implements MemoryObserver {
   /** The pages of `scope` that hold the resource `resource:id`. */
   pagesHolding(scope: string, resource: ResourceName, id: number): IndexedPage[] {
     if (this.#pending.size > 0) this.#indexPending();
-    return this.#pages(this.#byItem.get(`${scope}|${resource}`)?.get(id));
+    return this.#pages(this.#byItem.get(itemGroupOf(scope, resource))?.get(id));
   }
 
   /** The pages of `scope` of the list `req` asks for: the same operation, path ids, filters, sort and order. */
@@ -257,8 +257,15 @@ function questionOf(key: string, asked: (suffix: string) => CanonicalRequest | u
 
 /** The name of one resource of a scope, as the pages holding it are named in Redis (`sharedNames`; derive/deriver.ts reads them). */
 export function itemKey(scope: string, resource: ResourceName, id: number): string {
-  return `${scope}|${resource}:${id}`;
+  return itemName(itemGroupOf(scope, resource), id);
 }
+
+/** The resources of one kind in a scope (`u:7|run`): where this index keeps their pages by id. */
+export function itemGroupOf(scope: string, resource: ResourceName): string {
+  return `${scope}|${resource}`;
+}
+
+const itemName = (group: string, id: number): string => `${group}:${id}`;
 
 /** The name of a list of a scope (its operation, path ids, filters, sort and order), as its pages are indexed. */
 export function listKey(scope: string, req: CanonicalRequest): string {

@@ -24,7 +24,7 @@
 import { LRUCache } from 'lru-cache';
 import { OPERATIONS, RESOURCES, type Operation, type OperationId, type ResourceName } from '../../api/catalogue.js';
 import type { SharedTierBudget } from '../../cache/budget.js';
-import { itemKey, listKey, type DerivationIndex, type IndexedPage } from '../../cache/derive/index.js';
+import { itemGroupOf, itemKey, listKey, type DerivationIndex, type IndexedPage } from '../../cache/derive/index.js';
 import type { CanonicalRequest } from '../../api/normalize.js';
 import { isFresh, type CacheEntry } from '../../cache/entry.js';
 import type { CacheOutcome } from '../../cache/outcome.js';
@@ -205,7 +205,7 @@ export class Deriver {
    */
   filling(d: Decision, fill: Promise<unknown>): void {
     if (d.canonical.op.envelope !== 'list' || !mayDerive(d)) return;
-    const where = `${d.scope}|${d.canonical.op.resource}`;
+    const where = itemGroupOf(d.scope, d.canonical.op.resource);
     let fills = this.#filling.get(where);
     if (fills === undefined) this.#filling.set(where, (fills = new Map()));
     const filling: Filling = { req: d.canonical, fill };
@@ -227,7 +227,7 @@ export class Deriver {
   #fillingSource(d: Decision): Promise<unknown> | undefined {
     const want = d.canonical;
     const resource = ITEM_OF_LIST.get(want.op.id) ?? (want.op.envelope === 'list' ? want.op.resource : undefined);
-    const fills = resource === undefined ? undefined : this.#filling.get(`${d.scope}|${resource}`);
+    const fills = resource === undefined ? undefined : this.#filling.get(itemGroupOf(d.scope, resource));
     if (fills === undefined) return undefined;
     const list = want.op.envelope === 'list' ? listKey(d.scope, want) : undefined;
     for (const [key, filling] of fills) {
@@ -265,7 +265,7 @@ export class Deriver {
     if (resource !== undefined) {
       const id = d.canonical.ids[RESOURCES[resource].idParam!]!;
       const name = itemKey(d.scope, resource, id);
-      const group = `${d.scope}|${resource}`;
+      const group = itemGroupOf(d.scope, resource);
       return {
         name,
         pages: () => this.o.index.pagesHolding(d.scope, resource, id),
