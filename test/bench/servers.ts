@@ -133,13 +133,26 @@ export function setLogLevel(level: string): void {
 }
 
 /**
+ * The bench's budget beneath the scenario's own settings file (`TM_CACHE_CONFIG` in `env`): passed
+ * as --config alone, the budget would replace that file (a flag wins over TM_CACHE_CONFIG), so the
+ * two are made one file and the variable is dropped. Any build the bench starts, this checkout's
+ * or a `--base`'s, gets both.
+ */
+function budgetBeneath(env: Record<string, string> | undefined): { config: Record<string, unknown>; env: Record<string, string> | undefined } {
+  const file = env?.['TM_CACHE_CONFIG'];
+  if (file === undefined) return { config: BENCH_BUDGET, env };
+  const config = mergeSettings(BENCH_BUDGET, parseYaml(readFileSync(file, 'utf8')) as Record<string, unknown>);
+  return { config, env: Object.fromEntries(Object.entries(env!).filter(([name]) => name !== 'TM_CACHE_CONFIG')) };
+}
+
+/**
  * `node dist/cli.js serve`, ready when its management port says so. Log level warn (no access
  * log), or the bench's `--log-level` (e.g. info: the default, one access line per request).
  */
 export async function startTmCache(upstream: string, options: TmCacheOptions = {}): Promise<Server> {
   if (options.cli === undefined || options.config !== undefined) return startTmCacheWith(upstream, options);
   try {
-    return await startTmCacheWith(upstream, { ...options, config: BENCH_BUDGET });
+    return await startTmCacheWith(upstream, { ...options, ...budgetBeneath(options.env) });
   } catch {
     console.log(`   ${options.name ?? options.cli}: refused the bench's budget (a build older than upstream.budget); started at its own defaults`);
     return startTmCacheWith(upstream, options);
@@ -164,13 +177,7 @@ async function startTmCacheWith(upstream: string, options: TmCacheOptions): Prom
   if (options.redisUrl) args.push('--redis', options.redisUrl);
   let config = options.config;
   let env = options.env;
-  if (config === undefined && options.cli === undefined) {
-    // This build's budget beneath the scenario's own settings file: passed as --config alone, it
-    // would replace that file (a flag wins over TM_CACHE_CONFIG), so the two are made one.
-    const file = env?.['TM_CACHE_CONFIG'];
-    config = file === undefined ? BENCH_BUDGET : mergeSettings(BENCH_BUDGET, parseYaml(readFileSync(file, 'utf8')) as Record<string, unknown>);
-    if (file !== undefined) env = Object.fromEntries(Object.entries(env!).filter(([name]) => name !== 'TM_CACHE_CONFIG'));
-  }
+  if (config === undefined && options.cli === undefined) ({ config, env } = budgetBeneath(env));
   let configFile: string | undefined;
   if (config !== undefined) {
     configDir ??= mkdtempSync(join(tmpdir(), 'tm-cache-bench-config-'));
