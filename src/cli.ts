@@ -14,7 +14,7 @@ import { parseFlags } from './config/flags.js';
 import { ConfigError } from './config/errors.js';
 import type { Config } from './config/schema.js';
 import type { RunningProxy } from './serve.js';
-import { warmUpNextTick } from './warm-up.js';
+import { keepTickObjectShape } from './tick-shape.js';
 
 const EXIT_USAGE = 2;
 
@@ -112,8 +112,8 @@ function exit(code: number, logger?: Logger): void {
 }
 
 async function runServe(argv: readonly string[]): Promise<void> {
-  // Before anything else runs: a hit's CPU depends on how V8 first compiles process.nextTick (warm-up.ts).
-  warmUpNextTick();
+  // Before anything else runs: a hit's CPU depends on V8 keeping the tick objects' shape (tick-shape.ts).
+  keepTickObjectShape();
   const [{ assertUpstream, loadConfigAsync }, { SignalledReloads }] = await Promise.all([import('./config/load.js'), import('./config/reload.js')]);
   const load = async (): Promise<Config> => {
     const loaded = await loadConfigAsync({ argv, env: process.env });
@@ -173,7 +173,7 @@ function demoEnvironment(env: NodeJS.ProcessEnv, adminToken: string): NodeJS.Pro
 }
 
 async function runDemo(argv: readonly string[]): Promise<void> {
-  warmUpNextTick();
+  keepTickObjectShape();
   const flags = simpleFlags(argv, flagNames(DEMO_FLAGS));
   const [{ startEmulator }, { startProxy }, { loadConfig }, { randomBytes }] = await Promise.all([
     import('./emulator/server.js'),

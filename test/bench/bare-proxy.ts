@@ -9,10 +9,10 @@
 import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import { Pool, type Dispatcher } from 'undici';
-import { warmUpNextTick } from '../../src/warm-up.js';
+import { keepTickObjectShape } from '../../src/tick-shape.js';
 
-// As tm-cache serve does first: without it, a process's CPU per request varies with how V8 first compiled nextTick (src/warm-up.ts).
-warmUpNextTick();
+// As tm-cache serve does first: without it, a process's CPU per request depends on whether V8 forgot the tick objects' shape (src/tick-shape.ts).
+keepTickObjectShape();
 
 const { values } = parseArgs({ options: { port: { type: 'string' }, upstream: { type: 'string' } } });
 const pool = new Pool(values.upstream!, { connections: 8 });

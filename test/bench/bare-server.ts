@@ -8,10 +8,10 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import fastify from 'fastify';
-import { warmUpNextTick } from '../../src/warm-up.js';
+import { keepTickObjectShape } from '../../src/tick-shape.js';
 
-// As tm-cache serve does first: without it, a process's CPU per request varies with how V8 first compiled nextTick (src/warm-up.ts).
-warmUpNextTick();
+// As tm-cache serve does first: without it, a process's CPU per request depends on whether V8 forgot the tick objects' shape (src/tick-shape.ts).
+keepTickObjectShape();
 
 const { values } = parseArgs({
   options: { port: { type: 'string' }, body: { type: 'string' }, 'content-type': { type: 'string' } },
