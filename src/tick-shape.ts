@@ -16,8 +16,8 @@
  * identical process, differed from the first by up to 1.4×). Without this, 12 of 12 replicas
  * were in that state at their first load, and 4 of 4 loaded again after 80 s idle; with one tick
  * object kept, 0 of 10, at their first load and again after 80 s idle. (A burst of nextTick
- * calls at start-up, tried first, only helped at the first load: 3 of 7 fell into that state
- * after idling.)
+ * calls at start-up, tried first, kept replicas loaded soon after start out of it, but 3 of 7
+ * fell into it after idling, before or after their first load.)
  *
  * The object is caught by an async hook enabled for that one call only: no hook stays enabled,
  * and what is kept is one small object (its callback does nothing).

@@ -59,12 +59,12 @@ function connectionOptions(options: RedisConnectionOptions, role: ConnectionRole
     connectTimeout: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
     ...(forCommands ? { commandTimeout: options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS } : {}),
     enableOfflineQueue: !forCommands,
-    // No auto-pipelining: each command is written as it is issued (a fill's writes that belong
-    // together go in one MULTI or pipeline of their own). Batching the commands of one turn of the
-    // event loop cost more CPU than the writes it saves: a Redis-tier hit of the 87 KB page took
-    // 129-135 µs instead of 176-179 for identity clients and 50 instead of 54-55 µs for gzip
-    // clients (npm run bench -- ab:redis, two runs), and a GET of 8.7 KB from 32 concurrent callers
-    // 8 µs of CPU instead of 12.
+    // No auto-pipelining: each command is written as it is issued (what must happen together runs
+    // as one Lua script, connection.ts). Batching the commands of one turn of the event loop cost
+    // more CPU than the writes it saves: a Redis-tier hit of the 87 KB page took 129-135 µs
+    // instead of 176-179 for identity clients and 50 instead of 54-55 µs for gzip clients (npm run
+    // bench -- ab:redis, two runs), and a GET of 8.7 KB from 32 concurrent callers 8 µs of CPU
+    // instead of 12.
     enableAutoPipelining: false,
     maxRetriesPerRequest: forCommands ? 0 : null,
     retryStrategy: reconnectDelayMs,
