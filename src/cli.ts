@@ -112,8 +112,6 @@ function exit(code: number, logger?: Logger): void {
 }
 
 async function runServe(argv: readonly string[]): Promise<void> {
-  // Before anything else runs: a hit's CPU depends on V8 keeping the tick objects' shape (tick-shape.ts).
-  keepTickObjectShape();
   const [{ assertUpstream, loadConfigAsync }, { SignalledReloads }] = await Promise.all([import('./config/load.js'), import('./config/reload.js')]);
   const load = async (): Promise<Config> => {
     const loaded = await loadConfigAsync({ argv, env: process.env });
@@ -173,7 +171,6 @@ function demoEnvironment(env: NodeJS.ProcessEnv, adminToken: string): NodeJS.Pro
 }
 
 async function runDemo(argv: readonly string[]): Promise<void> {
-  keepTickObjectShape();
   const flags = simpleFlags(argv, flagNames(DEMO_FLAGS));
   const [{ startEmulator }, { startProxy }, { loadConfig }, { randomBytes }] = await Promise.all([
     import('./emulator/server.js'),
@@ -320,6 +317,8 @@ function portInUse(err: unknown, ports: readonly DemoPort[]): unknown {
   );
 }
 
+// Before any command runs: a served request's CPU depends on V8 keeping the tick objects' shape (tick-shape.ts).
+keepTickObjectShape();
 main(process.argv.slice(2)).catch((err: unknown) => {
   if (err instanceof PortInUseError) {
     console.error(`tm-cache demo: ${err.message}`);

@@ -1,6 +1,6 @@
 /**
  * One tick object kept for the life of the process, so that V8 keeps the shape of them all.
- * Called first by the commands that serve (cli.ts), before they load the proxy.
+ * Called by cli.ts before any command runs, so before the proxy (or the emulator) is loaded.
  *
  * Node's streams and HTTP server call `process.nextTick` about ten times per request, and each
  * call builds a tick object from a literal with computed (symbol) keys. V8 builds that literal
