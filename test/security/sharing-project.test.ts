@@ -91,6 +91,20 @@ async function replicas(overrides: DeepPartial<Config> = {}): Promise<[TestProxy
 }
 
 const pathOf = (id: OperationId): string => makePath(getOperation(id), pathIds);
+
+/**
+ * Waits until this test's replicas have written to Redis what another replica needs to serve
+ * `user` the project's runs without asking (their confirmation of the project and their grant of
+ * its runs), and where `placed` belongs when given. The writes follow the answers that earned
+ * them; keys of this test's prefix only, never an earlier test's.
+ */
+async function sharedProofOf(user: TokenInfo, placed?: string): Promise<void> {
+  const key = (namespace: string, k: string) => `sharing-${prefixes}:json:${namespace}:${k}`;
+  const wanted = [key('project-access', `${user.user_id}:${projectId}`), key('area-grant', `${user.user_id}:${projectId}:runs`)];
+  if (placed !== undefined) wanted.push(key('project-of', placed));
+  await until(async () => (await client.exists(...wanted)) === wanted.length);
+}
+
 const RUNS = `/api/v1/projects/${'{p}'}/runs`;
 const runs = (query = '') => RUNS.replace('{p}', String(projectId)) + query;
 const sessions = () => `/api/v1/projects/${projectId}/sessions`;
@@ -194,7 +208,7 @@ describe('a member of the project', () => {
     expect((await r1.get(run, a.token)).status).toBe(200); // placed in its project, the place shared
     // b proves the runs of the project on r1 (the grant shared through Redis).
     expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
-    await until(async () => (await client.keys('*project-of*')).length > 0 && (await client.keys('*area-grant*')).length > 0);
+    await sharedProofOf(b, `run:${pathIds['run_id']}`);
     await emulator.resetStats();
     const there = await r2.get(run, b.token);
     expect(there.status).toBe(200);
@@ -324,7 +338,7 @@ describe('a member of the project', () => {
     const [r1, r2] = await replicas();
     await r1.get(runs(), a.token);
     expect(isSharedHit(await readUntilSharedHit(r1, runs(), b.token))).toBe(true);
-    await until(async () => (await client.keys('*area-grant*')).length > 0);
+    await sharedProofOf(b);
     await emulator.resetStats();
     const there = await r2.get(runs(), b.token);
     expect(there.status).toBe(200);
