@@ -96,6 +96,17 @@ function replica(roles: RedisRoles, shape: BudgetShape, over: Partial<FleetBudge
   });
 }
 
+/** Waits until the pause a replica was told of is in the fleet's bucket in Redis: it is reported there after `onRateLimited` returns. */
+async function pauseInRedis(url: string, keyPrefix: string): Promise<void> {
+  const key = `${keyPrefix}budget:fleet`;
+  const raw = rawClient(url);
+  try {
+    await waitUntil(async () => Number(await raw.hget(key, 'pauseUntil')) > 0, 5_000, 'the pause in Redis');
+  } finally {
+    raw.disconnect();
+  }
+}
+
 /** Every token a replica can take now: what is at hand, and what one more lease brings. */
 async function takeAll(budget: FleetBudget): Promise<number> {
   let taken = 0;
@@ -192,12 +203,13 @@ describe('redis: one budget for the fleet', () => {
     const shape = budgetShapeOf({ requestsPerSecond: 100, burst: 100 }, MAX_PAUSE_MS);
     const {
       budgets: [a, b],
+      roles,
     } = await fleetOf(2, shape);
     expect(await takeAll(b!)).toBeGreaterThan(0); // b has leased before
     const atHand = b!.snapshot().tokensAtHand;
     a!.onRateLimited(30_000);
     await waitUntil(async () => (await sleep(10), a!.pausedForMs() > 0), 5_000, 'a paused');
-    await sleep(50); // a's report reached Redis
+    await pauseInRedis(server.url, roles[0]!.connection.keyPrefix);
     let spent = 0;
     while (b!.tryAcquire('client', 2)) spent++;
     expect(spent).toBeLessThanOrEqual(atHand); // only what it already held, nothing leased after the pause
@@ -230,7 +242,7 @@ describe('redis: one budget for the fleet', () => {
       roles,
     } = await fleetOf(1, shape);
     a!.onRateLimited(45_000);
-    await sleep(50);
+    await pauseInRedis(server.url, roles[0]!.connection.keyPrefix);
     const joining = replica(await makeRedisRoles(server.url, { keyPrefix: roles[0]!.connection.keyPrefix }), shape);
     expect(joining.tryAcquire('client', 1)).toBe(false);
     const refusal = await joining.acquire('client', 1, 1_000)!.catch((error: unknown) => error);
@@ -253,7 +265,7 @@ describe('redis: one budget for the fleet', () => {
       const [a, b] = replicas as [FleetBudget, FleetBudget];
       await takeAll(b);
       a.onRateLimited(60_000);
-      await sleep(50);
+      await pauseInRedis(dying.url, keyPrefix);
       expect(await takeAll(b)).toBeLessThanOrEqual(b.snapshot().tokensAtHand + 20); // b leases, hears the pause
       expect(b.pausedForMs()).toBeGreaterThan(0);
       await dying.kill();

@@ -64,7 +64,8 @@ describe('the fleet budget across replicas sharing Redis', () => {
     await env.emulator.faults({ rate_limit: { after_n: 0, retry_after_s: 30 } });
     expect((await a.get(cold(limitedCaller.project_ids[0]!, 9_001), limitedCaller.token)).status).toBe(429);
     await env.emulator.clearFaults();
-    await sleep(300); // tokens leased before the pause expire (LEASE_TTL_MS), the pause reaches Redis
+    await sleep(300); // tokens leased before the pause expire (LEASE_TTL_MS)
+    await until(async () => Number(await env.client.hget('pause:budget:fleet', 'pauseUntil')) > 0); // the pause reached Redis
     const sent = (await env.emulator.stats()).total;
 
     // Another caller, on another replica: the instance said no to the account, not to one caller.
