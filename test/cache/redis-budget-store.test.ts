@@ -21,7 +21,7 @@ import {
 } from '../../src/upstream/budget-store.js';
 import { PeakRate } from '../../src/emulator/peak-rate.js';
 import { FleetBudget, type FleetBudgetOptions } from '../../src/upstream/fleet-budget.js';
-import { startRedis, type RedisHandle } from '../helpers/redis.js';
+import { pauseStored, startRedis, type RedisHandle } from '../helpers/redis.js';
 import { budgetStoreContract, makeClock } from '../upstream/budget-store-contract.js';
 import { closeRedisRoles, makeRedisRoles, rawClient, uniquePrefix, waitUntil } from './redis-fixtures.js';
 
@@ -96,12 +96,11 @@ function replica(roles: RedisRoles, shape: BudgetShape, over: Partial<FleetBudge
   });
 }
 
-/** Waits until the pause a replica was told of is in the fleet's bucket in Redis: it is reported there after `onRateLimited` returns. */
+/** Waits until the pause a replica was told of is in the fleet's bucket on the redis-server at `url`. */
 async function pauseInRedis(url: string, keyPrefix: string): Promise<void> {
-  const key = `${keyPrefix}budget:fleet`;
   const raw = rawClient(url);
   try {
-    await waitUntil(async () => Number(await raw.hget(key, 'pauseUntil')) > 0, 5_000, 'the pause in Redis');
+    await pauseStored(raw, keyPrefix);
   } finally {
     raw.disconnect();
   }

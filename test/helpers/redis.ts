@@ -4,7 +4,9 @@
  * (`--save "" --appendonly no`), and every server started here is killed when the test
  * process exits, however it exits.
  */
+import type { Redis } from 'ioredis';
 import { findFreePort } from './ports.js';
+import { until } from './wait.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createConnection } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -115,4 +117,9 @@ export async function startRedis(): Promise<RedisHandle> {
       await waitUntilReady(child, port);
     },
   };
+}
+
+/** Waits until the fleet budget's bucket under `keyPrefix` holds a pause: a replica reports it to Redis after `onRateLimited` returns. */
+export async function pauseStored(client: Redis, keyPrefix: string): Promise<void> {
+  await until(async () => Number(await client.hget(`${keyPrefix}budget:fleet`, 'pauseUntil')) > 0);
 }

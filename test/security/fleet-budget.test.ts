@@ -17,6 +17,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { TestResponse } from '../helpers/proxy.js';
+import { pauseStored } from '../helpers/redis.js';
 import { replicasOverEmulatorAndRedis } from '../helpers/replicas.js';
 import { proxyOverEmulator } from '../helpers/setup.js';
 import { until } from '../helpers/wait.js';
@@ -65,7 +66,7 @@ describe('the fleet budget across replicas sharing Redis', () => {
     expect((await a.get(cold(limitedCaller.project_ids[0]!, 9_001), limitedCaller.token)).status).toBe(429);
     await env.emulator.clearFaults();
     await sleep(300); // tokens leased before the pause expire (LEASE_TTL_MS)
-    await until(async () => Number(await env.client.hget('pause:budget:fleet', 'pauseUntil')) > 0); // the pause reached Redis
+    await pauseStored(env.client, 'pause:'); // the pause reached Redis
     const sent = (await env.emulator.stats()).total;
 
     // Another caller, on another replica: the instance said no to the account, not to one caller.

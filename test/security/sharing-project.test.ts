@@ -91,6 +91,9 @@ async function replicas(overrides: DeepPartial<Config> = {}): Promise<[TestProxy
 }
 
 const pathOf = (id: OperationId): string => makePath(getOperation(id), pathIds);
+const RUNS = `/api/v1/projects/${'{p}'}/runs`;
+const runs = (query = '') => RUNS.replace('{p}', String(projectId)) + query;
+const sessions = () => `/api/v1/projects/${projectId}/sessions`;
 
 /**
  * Waits until this test's replicas have written to Redis what another replica needs to serve
@@ -104,10 +107,6 @@ async function sharedProofOf(user: TokenInfo, placed?: string): Promise<void> {
   if (placed !== undefined) wanted.push(key('project-of', placed));
   await until(async () => (await client.exists(...wanted)) === wanted.length);
 }
-
-const RUNS = `/api/v1/projects/${'{p}'}/runs`;
-const runs = (query = '') => RUNS.replace('{p}', String(projectId)) + query;
-const sessions = () => `/api/v1/projects/${projectId}/sessions`;
 
 /** The lists whose items tell a replica which project a run, milestone, session or source belongs to. */
 async function fillProjectLists(p: TestProxy, token: string): Promise<void> {
