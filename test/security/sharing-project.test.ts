@@ -97,15 +97,17 @@ const sessions = () => `/api/v1/projects/${projectId}/sessions`;
 
 /**
  * Waits until this test's replicas have written to Redis what another replica needs to serve
- * `user` the project's runs without asking (their confirmation of the project and their grant of
- * its runs), and where `placed` belongs when given. The writes follow the answers that earned
- * them; keys of this test's prefix only, never an earlier test's.
+ * `user` the project's runs without asking: their confirmation of the project and their grant of
+ * its runs, where `placed` belongs when given, and every entry a fill of theirs was storing (no
+ * fill's lock left: a fill unlocks once its entry landed). These writes follow the answers that
+ * earned them; keys of this test's prefix only, never an earlier test's.
  */
 async function sharedProofOf(user: TokenInfo, placed?: string): Promise<void> {
-  const key = (namespace: string, k: string) => `sharing-${prefixes}:json:${namespace}:${k}`;
+  const prefix = `sharing-${prefixes}:`;
+  const key = (namespace: string, k: string) => `${prefix}json:${namespace}:${k}`;
   const wanted = [key('project-access', `${user.user_id}:${projectId}`), key('area-grant', `${user.user_id}:${projectId}:runs`)];
   if (placed !== undefined) wanted.push(key('project-of', placed));
-  await until(async () => (await client.exists(...wanted)) === wanted.length);
+  await until(async () => (await client.exists(...wanted)) === wanted.length && (await client.keys(`${prefix}*:lock`)).length === 0);
 }
 
 /** The lists whose items tell a replica which project a run, milestone, session or source belongs to. */
